@@ -1,0 +1,40 @@
+"""nbgrader configuration of the course; run nbgrader from the repository root.
+
+The repository is the course folder: solution notebooks in source/, generated student
+notebooks in release/. Grading state (gradebook.db, submitted/, autograded/, feedback/)
+is created here too and never committed.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from autograder.nbgrader_hooks import RefuseInKernelGrading  # noqa: E402
+
+c = get_config()  # noqa: F821 - injected by traitlets
+
+c.CourseDirectory.course_id = "self-attention"
+c.CourseDirectory.root = str(Path(__file__).resolve().parent)
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.db_url = "sqlite:///" + str(Path(__file__).resolve().parent / "gradebook.db")
+# Data files that travel with the notebooks (none yet) are listed per assignment;
+# everything else in source/ stays there.
+c.CourseDirectory.include = ["*.ipynb"]
+
+# What students see in place of solutions.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Student notebooks run top to bottom well within this; a cell that needs longer is stuck.
+c.ExecutePreprocessor.timeout = 120
+c.Execute.timeout = 120
+
+# Markdown and outputs from submissions are untrusted: strip active content from the
+# HTML that nbgrader renders (formgrader, feedback).
+c.HTMLExporter.sanitize_html = True
+
+# `nbgrader autograde` would run hidden tests in the student's own kernel, where one line
+# of student code can fake a pass. In this course it refuses and names the trusted command.
+c.Autograde.autograde_preprocessors = [RefuseInKernelGrading]

@@ -1,0 +1,125 @@
+"""Every catalogued mistake is caught by the checks and named; the seed 000 fingerprints hold."""
+
+import pytest
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file
+
+from transformer_lm import adapters, checks, make_test_values, mistakes, reference
+from transformer_lm.checks import AttentionCase
+
+# A case that can reveal every mistake: several heads, a causal mask, an output projection.
+REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)
+
+
+class Flawed(nn.Module):
+    """A student-like multi-head attention with A02's API whose forward has one mistake."""
+
+    flaws = mistakes.Flaws()
+
+    def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0.0):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(input_size, hidden) for _ in range(3))
+        self.mix = nn.Linear(hidden, hidden)
+        self.num_heads, self.causal = num_heads, causal
+
+    def forward(self, x, return_attention=False):
+        weights = reference.AttentionWeights(self.q.weight, self.k.weight, self.v.weight, self.q.bias,
+                                             self.k.bias, self.v.bias, self.mix.weight, self.mix.bias)
+        out, probs = mistakes.flawed_multi_head_attention(x, weights, self.num_heads, self.flaws, causal=self.causal)
+        return (out, probs.flatten(0, 1)) if return_attention else out
+
+
+def with_flaws(flaws):
+    return type("Flawed", (Flawed,), {"flaws": flaws})
+
+
+def test_no_flaws_is_exactly_the_reference():
+    case = REVEALING
+    tensors = checks.make_case_tensors(case, torch.Generator().manual_seed(0))
+    ours, probs = mistakes.flawed_multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
+    att = reference.multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
+    assert torch.equal(ours, att.output) and torch.equal(probs, att.weights)
+
+
+def test_correct_answer_passes():
+    verdict = checks.check_attention_module(with_flaws(mistakes.Flaws()), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
+    assert verdict.passed
+
+
+@pytest.mark.parametrize("mistake", [m for m in mistakes.CATALOG if m.name != "dropout_in_eval"], ids=lambda m: m.name)
+def test_every_mistake_is_caught_and_named(mistake):
+    with pytest.raises(checks.CheckFailed) as failure:
+        checks.check_attention_module(with_flaws(mistake.flaws), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_dropout_left_on_in_eval_is_caught_and_named():
+    class LeakyDropout(Flawed):
+        def forward(self, x, return_attention=False):
+            out = super().forward(x)
+            return torch.nn.functional.dropout(out, p=0.5, training=True)
+
+    case = AttentionCase(batch=2, seq=4, d_in=6, d_out=6, num_heads=3, out_proj=True, dropout=0.5)
+    with pytest.raises(checks.CheckFailed) as failure:
+        checks.check_attention_module(LeakyDropout, adapters.MULTI_HEAD_SELF_ATTENTION, case)
+    assert mistakes.BY_NAME["dropout_in_eval"].title in str(failure.value)
+
+
+def test_failure_message_shows_expected_got_and_largest_error():
+    message = checks.difference("output", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
+    assert "largest error is 0.5" in message and "expected 2.5" in message and "got 2" in message
+    assert checks.difference("output", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-6])) is None
+    assert "shape (2,)" in checks.difference("output", torch.zeros(2), torch.zeros(3))
+
+
+def test_unfinished_answer_reports_todo():
+    class Todo(nn.Module):
+        def __init__(self, input_size, hidden):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(input_size, hidden) for _ in range(3))
+
+        def forward(self, x):
+            raise NotImplementedError()
+
+    with pytest.raises(checks.CheckFailed, match="TODO: Todo is not written yet"):
+        checks.check_attention_module(Todo, adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4))
+
+
+def test_wrong_parameter_names_are_reported_by_name():
+    class Renamed(nn.Module):
+        def __init__(self, input_size, hidden):
+            super().__init__()
+            self.query = nn.Linear(input_size, hidden)
+
+    with pytest.raises(checks.CheckFailed, match="has no parameter .*q.weight.* It has: query.weight"):
+        checks.check_attention_module(Renamed, adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4))
+
+
+def test_seed_000_fingerprint_from_the_reference_and_its_diagnostics():
+    attention = reference.MultiHeadSelfAttention(checks.SEED_000_CONFIG)
+    assert checks.mingpt_fingerprint(attention) == [161, 13, 294, 0, 37187, 432]
+    assert checks.flawed_fingerprint(mistakes.Flaws()) == [161, 13, 294, 0, 37187, 432]
+    assert checks.flawed_fingerprint(mistakes.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
+    assert checks.diagnose_fingerprint([161, 13, 294, 0, 37187, 432]).passed
+    assert checks.diagnose_fingerprint([1, 0, 2, 0, 38787, 432]).mistake.name == "no_scaling"
+    fill_zero = checks.flawed_fingerprint(mistakes.BY_NAME["mask_filled_with_zero"].flaws)
+    assert fill_zero[-1] == 432  # seed 000: a wrong mask fill keeps 432 last
+    assert checks.diagnose_fingerprint(fill_zero).mistake.name == "mask_filled_with_zero"
+
+
+def test_stored_test_values_are_what_the_script_makes():
+    stored = load_file(str(make_test_values.PATH))
+    made = make_test_values.make()
+    assert stored.keys() == made.keys()
+    for name in made:
+        assert torch.equal(stored[name], made[name]), name
+
+
+def test_test_values_have_seed_003_names_and_shapes():
+    from transformer_lm.test_values import MultiHeadAttentionTestValues as M
+    from transformer_lm.test_values import SelfAttentionTestValues as S
+
+    assert S.x.shape == (3, 5, 7) and S.q_weight.shape == (9, 7) and S.output.shape == (3, 5, 9)
+    assert M.mix_weight.shape == (9, 9) and M.output.shape == M.output_causal.shape == (3, 5, 9)
+    assert not torch.allclose(M.output, M.output_causal)

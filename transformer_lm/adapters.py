@@ -1,0 +1,92 @@
+"""How each assignment's classes map onto the reference.
+
+Every assignment keeps the API of the material it comes from: its own constructor
+arguments, parameter names and layouts. An :class:`~transformer_lm.checks.AttentionAPI`
+here says, for one class, how to build it for a test case, which of its parameters holds
+which reference weight, and how to call it. Visible checks (in the notebooks) and hidden
+checks (in ``autograder/checks``) both use these, so the two can never disagree on an API.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_lm.checks import AttentionAPI, AttentionCase
+from transformer_lm.reference import AttentionWeights
+
+
+def _linear(prefix: str, weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """An ``nn.Linear``'s parameters under ``prefix``."""
+    state = {f"{prefix}.weight": weight}
+    if bias is not None:
+        state[f"{prefix}.bias"] = bias
+    return state
+
+
+def _projections(w: AttentionWeights, names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+    """Query, key and value ``nn.Linear`` layers under the given names."""
+    query, key, value = names
+    return {**_linear(query, w.w_query, w.b_query), **_linear(key, w.w_key, w.b_key),
+            **_linear(value, w.w_value, w.b_value)}
+
+
+def _head_slices(w: AttentionWeights, case: AttentionCase) -> dict[str, torch.Tensor]:
+    """One ``CausalAttention`` per head, in ``heads.<i>``, each holding its slice of the weights."""
+    size = case.d_out // case.num_heads
+    state = {}
+    for head in range(case.num_heads):
+        part = w.map(lambda t, h=head: t[h * size:(h + 1) * size])
+        state.update({f"heads.{head}.{name}": t
+                      for name, t in _projections(part, ("W_query", "W_key", "W_value")).items()})
+    return state
+
+
+def _context(case: AttentionCase) -> int:
+    return case.context_length or case.seq
+
+
+# Assignment 01 (seed 001): from dot products to multi-head attention ------------------
+
+SELF_ATTENTION_V1 = AttentionAPI(
+    init=lambda c: {"d_in": c.d_in, "d_out": c.d_out},
+    state=lambda w, c: {"W_query": w.w_query.T, "W_key": w.w_key.T, "W_value": w.w_value.T},
+)
+
+SELF_ATTENTION_V2 = AttentionAPI(
+    init=lambda c: {"d_in": c.d_in, "d_out": c.d_out, "qkv_bias": c.bias},
+    state=lambda w, c: _projections(w, ("W_query", "W_key", "W_value")),
+)
+
+CAUSAL_ATTENTION = AttentionAPI(
+    init=lambda c: {"d_in": c.d_in, "d_out": c.d_out, "context_length": _context(c), "dropout": c.dropout,
+                    "qkv_bias": c.bias},
+    state=lambda w, c: _projections(w, ("W_query", "W_key", "W_value")),
+)
+
+MULTI_HEAD_ATTENTION_WRAPPER = AttentionAPI(
+    init=lambda c: {"d_in": c.d_in, "d_out": c.d_out // c.num_heads, "context_length": _context(c),
+                    "dropout": c.dropout, "num_heads": c.num_heads, "qkv_bias": c.bias},
+    state=_head_slices,
+)
+
+MULTI_HEAD_ATTENTION = AttentionAPI(
+    init=lambda c: {"d_in": c.d_in, "d_out": c.d_out, "context_length": _context(c), "dropout": c.dropout,
+                    "num_heads": c.num_heads, "qkv_bias": c.bias},
+    state=lambda w, c: {**_projections(w, ("W_query", "W_key", "W_value")),
+                        **_linear("out_proj", w.w_out, w.b_out)},
+)
+
+# Assignment 02 (seed 003): SelfAttention and MultiHeadSelfAttention ------------------
+
+SELF_ATTENTION = AttentionAPI(
+    init=lambda c: {"input_size": c.d_in, "hidden": c.d_out},
+    state=lambda w, c: _projections(w, ("q", "k", "v")),
+)
+
+MULTI_HEAD_SELF_ATTENTION = AttentionAPI(
+    init=lambda c: {"input_size": c.d_in, "hidden": c.d_out, "num_heads": c.num_heads, "causal": c.causal,
+                    "dropout": c.dropout},
+    state=lambda w, c: {**_projections(w, ("q", "k", "v")), **_linear("mix", w.w_out, w.b_out)},
+    call_kwargs=lambda c: {"return_attention": True},
+    weights_layout=lambda probs, c: probs.flatten(0, 1),
+)

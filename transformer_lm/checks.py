@@ -1,0 +1,383 @@
+"""The checks behind the notebooks' visible test cells, and the comparisons of the grader.
+
+A check has two halves. The probe (:mod:`transformer_lm.probes`) calls the student's object
+and records tensors; this module computes what the reference gives on the same inputs and
+judges: shapes first, then values under the tolerance policy, then gradients element by
+element. When an answer is wrong, it recomputes the inputs through every mistake of
+:mod:`transformer_lm.mistakes` that the test can reveal and names the one that matches.
+
+In a notebook both halves run in the student's kernel. The grader runs the probe in a
+sandbox and only this half in a trusted process, on inputs the student never saw.
+
+Tolerance policy (float32, the same everywhere): ``|got - expected| <= ATOL + RTOL * |expected|``
+element-wise, for outputs and for gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from transformer_lm import mistakes as catalog
+from transformer_lm import probes, reference
+from transformer_lm.reference import AttentionWeights
+
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+class CheckFailed(AssertionError):
+    """A visible check failed; the message is written for the student."""
+
+
+# --------------------------------------------------------------------------------------
+# Comparing tensors
+# --------------------------------------------------------------------------------------
+
+
+def _show(t: torch.Tensor, limit: int = 6) -> str:
+    values = t.flatten()[:limit].tolist()
+    more = ", ..." if t.numel() > limit else ""
+    return "[" + ", ".join(f"{v:.6g}" for v in values) + more + "]"
+
+
+def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
+               rtol: float = RTOL, atol: float = ATOL) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise a sentence that says how it differs."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
+    if not got.is_floating_point():
+        got = got.to(expected.dtype)
+    got64, expected64 = got.double(), expected.double()
+    nan_got, nan_expected = torch.isnan(got64), torch.isnan(expected64)
+    if not torch.equal(nan_got, nan_expected):
+        if (nan_got & ~nan_expected).any():
+            where = tuple(torch.nonzero(nan_got & ~nan_expected)[0].tolist())
+            return (f"{name} contains NaN (first at index {where}). A row whose every score is -inf "
+                    f"gives NaN after the softmax; so does a softmax over the wrong dimension of a masked row.")
+        return f"{name} has numbers where NaN was expected."
+    error = (got64 - expected64).abs().masked_fill(nan_got, 0.0)
+    allowed = (atol + rtol * expected64.abs()).masked_fill(nan_expected, math.inf)
+    if bool((error <= allowed).all()):
+        return None
+    worst = int(torch.argmax(error - allowed))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape)) if got.dim() else ()
+    return (f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is "
+            f"{error.flatten()[worst].item():.3g} at index {index} (expected {expected64.flatten()[worst].item():.6g}, "
+            f"got {got64.flatten()[worst].item():.6g}).\n  expected {_show(expected)}\n  got      {_show(got)}")
+
+
+def check_shape(got: torch.Tensor, expected_shape, name: str = "output") -> None:
+    """Raises :class:`CheckFailed` unless ``got`` has ``expected_shape``."""
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailed(f"{name} should be a torch.Tensor, got {type(got).__name__}.")
+    if tuple(got.shape) != tuple(expected_shape):
+        raise CheckFailed(f"{name} has shape {tuple(got.shape)}, expected {tuple(expected_shape)}.")
+
+
+def check_close(got: torch.Tensor, expected: torch.Tensor, name: str = "output",
+                rtol: float = RTOL, atol: float = ATOL) -> None:
+    """Raises :class:`CheckFailed` with expected, got and the largest error unless they match."""
+    check_shape(got, expected.shape, name)
+    problem = difference(name, got, expected, rtol, atol)
+    if problem:
+        raise CheckFailed(problem)
+
+
+@dataclass
+class Verdict:
+    """The judgement of one check: ``passed`` or ``failed``, a message and, if named, a mistake."""
+
+    status: str
+    message: str
+    mistake: catalog.Mistake | None = None
+
+    @property
+    def hint(self) -> str:
+        return self.mistake.hint if self.mistake else ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def raise_if_failed(self) -> None:
+        if not self.passed:
+            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.mistake.hint}" if self.mistake else ""
+            raise CheckFailed(self.message + hint)
+
+
+def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mistake, dict[str, torch.Tensor]],
+                     rtol: float = RTOL, atol: float = ATOL) -> catalog.Mistake | None:
+    """The first catalogued mistake whose record matches ``got`` on every tensor it holds."""
+    if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
+        return catalog.BY_NAME["dropout_in_eval"]
+    for mistake, record in candidates.items():
+        if all(key in got and difference(key, got[key], value, rtol, atol) is None for key, value in record.items()):
+            return mistake
+    return None
+
+
+def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+          candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
+          rtol: float = RTOL, atol: float = ATOL) -> Verdict:
+    """Compares a probe's record with the expected one: output, then weights, then gradients."""
+    order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
+    for key in order:
+        if key not in got:
+            return Verdict("failed", f"{key} was not produced.")
+        problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol)
+        if problem:
+            return Verdict("failed", problem, identify_mistake(got, candidates or {}, rtol, atol))
+    if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
+        return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
+                       catalog.BY_NAME["dropout_in_eval"])
+    return Verdict("passed", "Correct: output" + (" and gradients" if any(k.startswith("grad.") for k in expected)
+                                                 else "") + " match the reference.")
+
+
+# --------------------------------------------------------------------------------------
+# Attention modules: one case, the reference's record, each mistake's record
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """The sizes and switches of one attention test. ``batch=None`` feeds a single
+    sequence ``(seq, d_in)`` instead of a batch ``(batch, seq, d_in)``."""
+
+    batch: int | None
+    seq: int
+    d_in: int
+    d_out: int
+    num_heads: int = 1
+    causal: bool = False
+    bias: bool = True
+    out_proj: bool = False
+    mask: str | None = None  # None, "bool" (True = may attend) or "float" (added to the scores)
+    dropout: float = 0.0
+    context_length: int | None = None  # room for longer sequences than seq, where the class has a mask buffer
+
+    @property
+    def features(self) -> frozenset[str]:
+        """What this case can reveal, in the terms of :attr:`Mistake.shows_with`."""
+        on = {"heads": self.num_heads > 1, "causal": self.causal, "mask": self.mask is not None,
+              "projection": self.out_proj, "dropout": self.dropout > 0}
+        return frozenset(name for name, present in on.items() if present)
+
+
+@dataclass(frozen=True)
+class AttentionAPI:
+    """How one student attention class is built and called, for :func:`attention_records`.
+
+    ``state`` turns reference weights into the student's parameters by name (it is applied to
+    gradients too, so it must only select, transpose, slice or stack). ``weights_layout``
+    turns reference attention weights ``(..., heads, seq, seq)`` into what the class returns.
+    """
+
+    init: Callable[[AttentionCase], dict]
+    state: Callable[[AttentionWeights, AttentionCase], dict[str, torch.Tensor]]
+    call_kwargs: Callable[[AttentionCase], dict] = lambda case: {}
+    mask_arg: str | None = None
+    weights_layout: Callable[[torch.Tensor, AttentionCase], torch.Tensor] | None = None
+
+
+@dataclass
+class CaseTensors:
+    """Concrete inputs for one :class:`AttentionCase`, drawn from one generator."""
+
+    weights: AttentionWeights
+    x: torch.Tensor
+    grad_output: torch.Tensor
+    mask: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def make_case_tensors(case: AttentionCase, generator: torch.Generator) -> CaseTensors:
+    """Random weights, input, mask and upstream gradient for ``case``."""
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator) / math.sqrt(shape[-1] if len(shape) > 1 else 1)
+
+    d_in, d_out = case.d_in, case.d_out
+    weights = AttentionWeights(
+        randn(d_out, d_in), randn(d_out, d_in), randn(d_out, d_in),
+        *((randn(d_out), randn(d_out), randn(d_out)) if case.bias else (None, None, None)),
+        *((randn(d_out, d_out), randn(d_out)) if case.out_proj else (None, None)),
+    )
+    lead = () if case.batch is None else (case.batch,)
+    x = torch.randn(*lead, case.seq, d_in, generator=generator)
+    grad_output = torch.randn(*lead, case.seq, d_out, generator=generator)
+    mask = None
+    if case.mask is not None:
+        keep = torch.rand(case.seq, case.seq, generator=generator) < 0.7
+        keep[torch.arange(case.seq), torch.randint(case.seq, (case.seq,), generator=generator)] = True
+        mask = keep if case.mask == "bool" else torch.zeros(case.seq, case.seq).masked_fill(~keep, float("-inf"))
+    return CaseTensors(weights, x, grad_output, mask)
+
+
+def _reference_forward(case: AttentionCase, weights: AttentionWeights, x: torch.Tensor, mask):
+    att = reference.multi_head_attention(x, weights, case.num_heads, attn_mask=mask, causal=case.causal)
+    return att.output, att.weights
+
+
+def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """The expected record, and each revealable mistake's record, for one case.
+
+    Returns ``(probe_arguments, expected, candidates)``: what to hand the probe (student
+    parameter names, inputs, call arguments), the reference's record in the student's
+    names and layout, and ``{mistake: record}`` for the mistakes this case can reveal.
+    """
+    weights = tensors.weights.map(lambda t: t.detach().clone().requires_grad_(True))
+    x = tensors.x.clone().requires_grad_(True)
+    output, probs = _reference_forward(case, weights, x, tensors.mask)
+    output.backward(tensors.grad_output)
+    expected = {"output": output.detach()}
+    if api.weights_layout is not None:
+        expected["weights"] = api.weights_layout(probs.detach(), case)
+    expected["grad.x"] = x.grad
+    grads = weights.map(lambda t: t.grad)
+    expected.update({f"grad.{name}": g for name, g in api.state(grads, case).items()})
+
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(case.features) and mistake.name != "dropout_in_eval":
+            with torch.no_grad():
+                out, _ = catalog.flawed_multi_head_attention(
+                    tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+                    attn_mask=tensors.mask, causal=case.causal)
+            candidates[mistake] = {"output": out}
+
+    inputs = {"x": tensors.x}
+    if api.mask_arg is not None and tensors.mask is not None:
+        inputs[api.mask_arg] = tensors.mask
+    arguments = {"init": api.init(case), "state": api.state(tensors.weights, case), "inputs": inputs,
+                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output,
+                 "repeat": case.dropout > 0}
+    return arguments, expected, candidates
+
+
+def _probe_here(name: str, probe, *args, **kwargs):
+    """Runs a probe in this kernel, turning an unfinished answer or a probe error into a
+    :class:`CheckFailed` that says what to do."""
+    try:
+        return probe(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(f"TODO: {name} is not written yet (it raises NotImplementedError). "
+                          "Fill in the cell marked YOUR CODE HERE above, run it, then run this check again.") from None
+    except probes.ProbeError as error:
+        raise CheckFailed(f"{name}: {error}") from None
+
+
+def _report(name: str, verdict: Verdict) -> Verdict:
+    verdict.raise_if_failed()
+    print(f"{name}: {verdict.message}")
+    return verdict
+
+
+def check_attention_module(cls, api: AttentionAPI, case: AttentionCase, seed: int = 0) -> Verdict:
+    """Visible check of an attention class: probe it here and judge it against the reference."""
+    tensors = make_case_tensors(case, torch.Generator().manual_seed(seed))
+    arguments, expected, candidates = attention_records(api, case, tensors)
+    got = _probe_here(cls.__name__, probes.probe_module, cls, **arguments)
+    return _report(cls.__name__, judge(got, expected, candidates))
+
+
+def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None):
+    """The expected record of a function of tensors: ``expected_fn(*inputs)``, and the
+    gradients of its floating-point inputs when ``grad_output`` is given."""
+    leaves = {k: v.detach().clone().requires_grad_(grad_output is not None and v.is_floating_point())
+              for k, v in inputs.items()}
+    output = expected_fn(*leaves.values())
+    expected = {"output": output.detach()}
+    if grad_output is not None:
+        output.backward(grad_output)
+        expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
+    return expected
+
+
+def check_function(fn, expected_fn, inputs: dict[str, torch.Tensor], *, grad_output: torch.Tensor | None = None,
+                   candidates: dict | None = None) -> Verdict:
+    """Visible check of a function of tensors against ``expected_fn`` (from the reference)."""
+    expected = function_records(expected_fn, inputs, grad_output)
+    got = _probe_here(fn.__name__, probes.probe_function, fn, inputs, grad_output=grad_output)
+    return _report(fn.__name__, judge(got, expected, candidates))
+
+
+def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """Arguments for :func:`probes.probe_transfer` and the expected record: after the transfer,
+    the target computes what the reference computes with the source's weights."""
+    with torch.no_grad():
+        output, _ = _reference_forward(case, tensors.weights, tensors.x, None)
+    arguments = {"source_init": source_api.init(case), "source_state": source_api.state(tensors.weights, case),
+                 "target_init": target_api.init(case), "x": tensors.x}
+    return arguments, {"output": output}
+
+
+def check_transfer(fn, source_cls, source_api: AttentionAPI, target_cls, target_api: AttentionAPI,
+                   case: AttentionCase, seed: int = 0) -> Verdict:
+    """Visible check of a weight transfer ``fn(source, target)`` between two attention classes."""
+    tensors = make_case_tensors(case, torch.Generator().manual_seed(seed))
+    arguments, expected = transfer_records(source_api, target_api, case, tensors)
+    got = _probe_here(fn.__name__, probes.probe_transfer, fn, source_cls, target_cls=target_cls, **arguments)
+    return _report(fn.__name__, judge(got, expected))
+
+
+# --------------------------------------------------------------------------------------
+# Seed 000's gradient fingerprint of minGPT attention
+# --------------------------------------------------------------------------------------
+
+SEED_000_FINGERPRINT = [161, 13, 294, 0, 37187, 432]
+SEED_000_CONFIG = reference.GPTConfig(vocab_size=11, block_size=5, n_head=4, n_embd=12)
+
+
+def seed_000_input() -> torch.Tensor:
+    """Seed 000's input: 5 tokens of 12 features, the first 1,1,1,2,2,2,3,3,3,4,4,4, the rest ones."""
+    x = torch.ones(1, 5, 12)
+    x[0, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat_interleave(3)
+    return x
+
+
+def mingpt_fingerprint(module: torch.nn.Module, x: torch.Tensor | None = None) -> list[int]:
+    """Seed 000's check: every parameter at 0.1, ``y.sum()`` backpropagated, then
+    ``int(sum(grad**2))`` for query, key and value weights and biases."""
+    for parameter in module.parameters():
+        torch.nn.init.constant_(parameter, 0.1)
+    module.zero_grad(set_to_none=True)
+    output = module(seed_000_input() if x is None else x)
+    output = output[0] if isinstance(output, tuple) else output
+    output.sum().backward()
+    return reference.gradient_fingerprint(AttentionWeights(
+        module.query.weight.grad, module.key.weight.grad, module.value.weight.grad,
+        module.query.bias.grad, module.key.bias.grad, module.value.bias.grad))
+
+
+def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
+    """The fingerprint that minGPT attention with ``flaws`` gives on seed 000's input."""
+    width = SEED_000_CONFIG.n_embd
+    weights = AttentionWeights(*(torch.full((width, width), 0.1) for _ in range(3)),
+                               *(torch.full((width,), 0.1) for _ in range(3)),
+                               torch.full((width, width), 0.1), torch.full((width,), 0.1))
+    weights = weights.map(lambda t: t.requires_grad_(True))
+    output, _ = catalog.flawed_multi_head_attention(seed_000_input(), weights, SEED_000_CONFIG.n_head, flaws,
+                                                    causal=True)
+    output.sum().backward()
+    return reference.gradient_fingerprint(weights.map(lambda t: t.grad))
+
+
+def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
+    """Judges a seed 000 fingerprint and names the catalogued mistake it comes from."""
+    if list(fingerprint) == SEED_000_FINGERPRINT:
+        return Verdict("passed", f"Gradient fingerprint {SEED_000_FINGERPRINT}: correct.")
+    message = f"Gradient fingerprint {list(fingerprint)}, expected {SEED_000_FINGERPRINT}."
+    features = {"heads", "causal", "projection"}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(features) and mistake.name != "dropout_in_eval":
+            if flawed_fingerprint(mistake.flaws) == list(fingerprint):
+                return Verdict("failed", message, mistake)
+    if fingerprint and fingerprint[-1] == SEED_000_FINGERPRINT[-1]:
+        return Verdict("failed", message + " The value gradients are right, so the weights reach the values "
+                       "correctly; look at the mask fill value (-inf) and the softmax.",
+                       catalog.BY_NAME["mask_filled_with_zero"])
+    return Verdict("failed", message)

@@ -1,0 +1,142 @@
+"""Call a student's object on given inputs and record what comes out, as plain tensors.
+
+A probe is the *untrusted* half of a check. It runs in two places: inside the grading
+sandbox, where only torch, the test values and this module are importable, and in the
+student's own kernel for the visible checks. It therefore imports nothing but torch, and it
+judges nothing: it only builds, loads, calls and records. The trusted half
+(:mod:`transformer_lm.checks`) compares the records with the reference.
+
+Every probe returns a flat ``{name: tensor}`` record; names are ``output``, ``weights``
+(attention weights, when the object returns them), ``output_again`` (a second call, to see
+dropout left on in eval mode) and ``grad.<input or parameter name>``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ProbeError(Exception):
+    """The student's object could not be probed; the message says why, for the student."""
+
+
+def plain(tensor) -> torch.Tensor:
+    """A detached, contiguous, plain ``torch.Tensor`` copy.
+
+    Tensor subclasses and ``__torch_function__`` overrides are switched off while copying,
+    so what is recorded is the data itself, not what an object claims about it.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise ProbeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    with torch._C.DisableTorchFunction():
+        return torch.Tensor._make_subclass(torch.Tensor, tensor.detach().cpu().clone().contiguous())
+
+
+def load_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copies ``state`` into the module's parameters, which must match by name and shape."""
+    params = dict(module.named_parameters())
+    missing = sorted(set(state) - set(params))
+    if missing:
+        have = ", ".join(f"{n} {tuple(p.shape)}" for n, p in params.items()) or "no parameters at all"
+        raise ProbeError(f"{type(module).__name__} has no parameter {', '.join(missing)}. It has: {have}.")
+    for name, value in state.items():
+        if tuple(params[name].shape) != tuple(value.shape):
+            raise ProbeError(f"{type(module).__name__}.{name} has shape {tuple(params[name].shape)}, "
+                             f"expected {tuple(value.shape)}.")
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+def _split_result(result):
+    """``output`` or ``(output, weights)`` as the object returned it."""
+    if isinstance(result, (tuple, list)):
+        if len(result) != 2:
+            raise ProbeError(f"forward returned {len(result)} values, expected the output (and the weights)")
+        return result[0], result[1]
+    return result, None
+
+
+def _record_call(call, tensors: dict[str, torch.Tensor], parameters: dict[str, torch.Tensor],
+                 grad_output: torch.Tensor | None, repeat: bool) -> dict[str, torch.Tensor]:
+    """Calls ``call(**inputs)``, then backpropagates ``grad_output`` and records the gradients."""
+    inputs = {name: t.detach().clone().requires_grad_(t.is_floating_point()) for name, t in tensors.items()}
+    output, weights = _split_result(call(**inputs))
+    record = {"output": plain(output)}
+    if weights is not None:
+        record["weights"] = plain(weights)
+    if repeat:
+        with torch.no_grad():
+            record["output_again"] = plain(_split_result(call(**inputs))[0])
+    if grad_output is not None:
+        if tuple(output.shape) != tuple(grad_output.shape):
+            raise ProbeError(f"the output has shape {tuple(output.shape)}, expected {tuple(grad_output.shape)}")
+        if not output.requires_grad:
+            raise ProbeError("the output is not connected to the inputs by autograd (was it detached, "
+                             "or built with torch.no_grad or numpy?)")
+        output.backward(grad_output)
+        for name, t in {**inputs, **parameters}.items():
+            if t.is_floating_point():
+                record[f"grad.{name}"] = plain(t.grad if t.grad is not None else torch.zeros_like(t))
+    return record
+
+
+def probe_module(cls, init: dict, state: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
+                 call_kwargs: dict | None = None, grad_output: torch.Tensor | None = None,
+                 repeat: bool = False) -> dict[str, torch.Tensor]:
+    """Builds ``cls(**init)``, loads ``state``, switches to eval mode and calls it on
+    ``inputs`` (passed by keyword, in order) and ``call_kwargs``."""
+    torch.manual_seed(0)
+    module = cls(**init)
+    if not isinstance(module, torch.nn.Module):
+        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not an nn.Module")
+    load_parameters(module, state)
+    module.eval()
+    module.zero_grad(set_to_none=True)
+    names = list(inputs)
+
+    def call(**tensors):
+        return module(*(tensors[n] for n in names), **(call_kwargs or {}))
+
+    return _record_call(call, inputs, dict(module.named_parameters()), grad_output, repeat)
+
+
+def probe_function(fn, inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
+                   grad_output: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(*inputs, **call_kwargs)``; gradients flow to the floating-point inputs."""
+    names = list(inputs)
+
+    def call(**tensors):
+        return fn(*(tensors[n] for n in names), **(call_kwargs or {}))
+
+    return _record_call(call, inputs, {}, grad_output, repeat=False)
+
+
+def probe_transfer(fn, source_cls, source_init: dict, source_state: dict[str, torch.Tensor],
+                   target_cls, target_init: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Calls ``fn(source, target)`` (a weight transfer), then records ``target(x)``."""
+    torch.manual_seed(0)
+    source = source_cls(**source_init)
+    load_parameters(source, source_state)
+    torch.manual_seed(1)
+    target = target_cls(**target_init)
+    fn(source, target)
+    with torch.no_grad():
+        return {"output": plain(_split_result(target(x))[0])}
+
+
+def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
+    """The names and shapes of the parameters of ``cls(**init)``."""
+    module = cls(**init)
+    if not isinstance(module, torch.nn.Module):
+        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not an nn.Module")
+    return {name: list(p.shape) for name, p in module.named_parameters()}
+
+
+def raised_exception(cls, init: dict) -> str | None:
+    """The name of the exception that ``cls(**init)`` raises, or None."""
+    try:
+        cls(**init)
+    except Exception as error:  # noqa: BLE001 - any exception is a result here
+        return type(error).__name__
+    return None

@@ -1,0 +1,373 @@
+"""The course's one correct implementation of every concept it teaches.
+
+Checks, hints, hidden grading and the mistake catalog all compute their expected values
+here, so a fix in this file fixes every place that grades against it. The code favours
+plain tensor operations that a student can read line by line over speed.
+
+Conventions, the same as PyTorch's own ``F.scaled_dot_product_attention``:
+
+* tensors are ``(..., seq, features)``; heads sit just before ``seq``: ``(..., heads, seq, head_dim)``;
+* a boolean ``attn_mask`` is True where a query *may* attend to a key;
+* a float ``attn_mask`` is *added* to the scores (``-inf`` blocks, ``0`` keeps);
+* linear weights use ``nn.Linear``'s layout ``(out_features, in_features)``: ``y = x @ W.T + b``.
+
+Where this file is stricter than PyTorch: a query row whose keys are all masked gets zero
+weights and a zero output, never NaN (such rows appear with left padding).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --------------------------------------------------------------------------------------
+# Scaled dot-product attention
+# --------------------------------------------------------------------------------------
+
+
+def causal_mask(query_len: int, key_len: int | None = None, *, device=None) -> torch.Tensor:
+    """Boolean ``(query_len, key_len)`` mask, True where a query may look at a key.
+
+    Queries are the *last* ``query_len`` positions of the ``key_len`` keys, so query ``i``
+    sees keys ``0 .. i + (key_len - query_len)``: with equal lengths that is the lower
+    triangle with its diagonal (every token sees itself and the past, never the future);
+    with a KV cache the new queries line up with the newest keys.
+    """
+    key_len = query_len if key_len is None else key_len
+    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return torch.tril(ones, diagonal=key_len - query_len)
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """``q @ k^T`` scaled by ``1/sqrt(d_k)``: ``(..., Lq, d) x (..., Lk, d) -> (..., Lq, Lk)``.
+
+    Without the scale, dot products of d-dimensional vectors grow like ``sqrt(d)`` and the
+    softmax saturates, which starves the gradients.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return (q @ k.transpose(-2, -1)) * scale
+
+
+def apply_mask(scores: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    """Blocks masked scores with ``-inf`` (boolean mask) or adds a float mask."""
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == torch.bool:
+        return torch.where(attn_mask, scores, float("-inf"))
+    return scores + attn_mask
+
+
+def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the keys (last dim); rows with every key at ``-inf`` become all zeros.
+
+    The empty rows are set to 0 *before* the softmax too, so neither the values nor the
+    gradients ever see a NaN.
+    """
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)
+    return probs.masked_fill(empty, 0.0)
+
+
+class Attention(NamedTuple):
+    """What attention returns: the output, the weights, and (for a KV cache) the keys and values."""
+
+    output: torch.Tensor
+    weights: torch.Tensor
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> Attention:
+    """``softmax(q k^T / sqrt(d_k) + mask) v`` with dropout on the weights.
+
+    Shapes: q ``(..., Lq, d)``, k ``(..., Lk, d)``, v ``(..., Lk, dv)``, mask broadcastable
+    to ``(..., Lq, Lk)``; returns output ``(..., Lq, dv)`` and weights ``(..., Lq, Lk)``.
+    """
+    weights = masked_softmax(apply_mask(attention_scores(q, k, scale), attn_mask))
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    return Attention(weights @ v, weights)
+
+
+def combine_masks(attn_mask: torch.Tensor | None, allowed: torch.Tensor | None) -> torch.Tensor | None:
+    """Combines a user mask (bool or float) with a boolean ``allowed`` mask such as a causal one."""
+    if allowed is None or attn_mask is None:
+        return attn_mask if allowed is None else allowed
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & allowed
+    return attn_mask.masked_fill(~allowed, float("-inf"))
+
+
+# --------------------------------------------------------------------------------------
+# Multi-head attention
+# --------------------------------------------------------------------------------------
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(..., seq, heads * head_dim) -> (..., heads, seq, head_dim)``.
+
+    The transpose matters: a plain ``view`` to the target shape has the right shape but
+    mixes positions and features of different tokens into one head.
+    """
+    return x.unflatten(-1, (num_heads, -1)).transpose(-3, -2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(..., heads, seq, head_dim) -> (..., seq, heads * head_dim)``, head 0's features first."""
+    return x.transpose(-3, -2).flatten(-2)
+
+
+@dataclass
+class AttentionWeights:
+    """The projections of (multi-head) self-attention, in ``nn.Linear`` layout.
+
+    ``w_out`` is None for attention without an output projection (a single head, or
+    heads that are only concatenated, as in a wrapper of single heads).
+    """
+
+    w_query: torch.Tensor
+    w_key: torch.Tensor
+    w_value: torch.Tensor
+    b_query: torch.Tensor | None = None
+    b_key: torch.Tensor | None = None
+    b_value: torch.Tensor | None = None
+    w_out: torch.Tensor | None = None
+    b_out: torch.Tensor | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The weights that are present, by field name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def map(self, fn) -> AttentionWeights:
+        """A copy with ``fn`` applied to every present tensor."""
+        return replace(self, **{name: fn(t) for name, t in self.tensors().items()})
+
+
+def multi_head_attention(
+    x: torch.Tensor,
+    weights: AttentionWeights,
+    num_heads: int,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    past: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Attention:
+    """Multi-head self-attention of ``x`` ``(..., seq, d_in)``.
+
+    Projects to queries, keys and values, splits them into ``num_heads`` heads, attends in
+    each head with scores scaled by ``1/sqrt(head_dim)``, merges the heads and applies the
+    output projection when there is one. ``past`` holds cached keys and values
+    ``(..., heads, past_len, head_dim)`` from earlier tokens; the returned ``keys`` and
+    ``values`` include them, ready for the next step. The weights come back as
+    ``(..., heads, seq, past_len + seq)``.
+    """
+    q = split_heads(F.linear(x, weights.w_query, weights.b_query), num_heads)
+    k = split_heads(F.linear(x, weights.w_key, weights.b_key), num_heads)
+    v = split_heads(F.linear(x, weights.w_value, weights.b_value), num_heads)
+    if past is not None:
+        k = torch.cat([past[0], k], dim=-2)
+        v = torch.cat([past[1], v], dim=-2)
+    allowed = causal_mask(q.shape[-2], k.shape[-2], device=x.device) if causal else None
+    heads = scaled_dot_product_attention(
+        q, k, v, combine_masks(attn_mask, allowed), dropout_p=dropout_p, scale=scale
+    )
+    out = merge_heads(heads.output)
+    if weights.w_out is not None:
+        out = F.linear(out, weights.w_out, weights.b_out)
+    return Attention(out, heads.weights, k, v)
+
+
+# --------------------------------------------------------------------------------------
+# minGPT: attention module, block, model, generation with a KV cache
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class GPTConfig:
+    """Sizes of a minGPT-style model. The defaults are seed 000's attention exercise."""
+
+    vocab_size: int = 11
+    block_size: int = 5
+    n_layer: int = 1
+    n_head: int = 4
+    n_embd: int = 12
+    attn_pdrop: float = 0.0
+    resid_pdrop: float = 0.0
+    embd_pdrop: float = 0.0
+    ff_dim: int | None = None  # width of the feed-forward layer; None means 4 * n_embd
+    activation: str = "gelu"  # "gelu" as in GPT, or "relu" as in nn.TransformerEncoderLayer's default
+    norm_first: bool = True  # pre-norm as in GPT-2; False gives the original post-norm layer
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """minGPT's causal multi-head self-attention, with the member names of seed 000."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if config.n_embd % config.n_head:
+            raise ValueError(f"n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
+        self.key = nn.Linear(config.n_embd, config.n_embd)
+        self.query = nn.Linear(config.n_embd, config.n_embd)
+        self.value = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_drop = nn.Dropout(config.attn_pdrop)
+        self.resid_drop = nn.Dropout(config.resid_pdrop)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        block = torch.tril(torch.ones(config.block_size, config.block_size))
+        self.register_buffer("mask", block.view(1, 1, config.block_size, config.block_size))
+        self.n_head = config.n_head
+
+    def attention_weights(self) -> AttentionWeights:
+        return AttentionWeights(
+            self.query.weight, self.key.weight, self.value.weight,
+            self.query.bias, self.key.bias, self.value.bias,
+            self.proj.weight, self.proj.bias,
+        )
+
+    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None) -> Attention:
+        """``x`` ``(B, T, C)`` -> Attention with output ``(B, T, C)`` and keys/values for a cache."""
+        past_len = 0 if past is None else past[0].shape[-2]
+        seq = x.shape[-2]
+        allowed = self.mask[0, 0, past_len:past_len + seq, :past_len + seq].bool()
+        att = multi_head_attention(
+            x, self.attention_weights(), self.n_head, attn_mask=allowed, past=past,
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+        )
+        return att._replace(output=self.resid_drop(att.output))
+
+
+class Block(nn.Module):
+    """A transformer decoder block: causal self-attention and a feed-forward network, each
+    with a residual connection and a LayerNorm (before the sublayer when ``norm_first``,
+    after the residual sum otherwise, as in ``nn.TransformerEncoderLayer``)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        ff_dim = config.ff_dim or 4 * config.n_embd
+        activation = {"gelu": nn.GELU(), "relu": nn.ReLU()}[config.activation]
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.attn = MultiHeadSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.n_embd, ff_dim),
+            activation,
+            nn.Linear(ff_dim, config.n_embd),
+            nn.Dropout(config.resid_pdrop),
+        )
+        self.norm_first = config.norm_first
+
+    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """``(B, T, C) -> (B, T, C)``, and the block's keys and values for a cache."""
+        if self.norm_first:
+            att = self.attn(self.ln1(x), past)
+            x = x + att.output
+            x = x + self.mlp(self.ln2(x))
+        else:
+            att = self.attn(x, past)
+            x = self.ln1(x + att.output)
+            x = self.ln2(x + self.mlp(x))
+        return x, (att.keys, att.values)
+
+
+class GPT(nn.Module):
+    """A minGPT-style language model: token and position embeddings, blocks, a final
+    LayerNorm and a linear head to the vocabulary."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2's initialisation: small normal weights, zero biases."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list | None = None):
+        """``idx`` ``(B, T)`` token ids -> logits ``(B, T, vocab)`` and the mean cross-entropy
+        against ``targets`` (None without targets; target -1 is ignored).
+
+        With ``cache`` (a list, empty at the start), each block's keys and values are kept
+        there, and ``idx`` holds only the tokens that follow the cached ones.
+        """
+        past_len = cache[0][0].shape[-2] if cache else 0
+        seq = idx.shape[1]
+        if past_len + seq > self.config.block_size:
+            raise ValueError(f"{past_len + seq} tokens do not fit block_size={self.config.block_size}")
+        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, past_len:past_len + seq])
+        pasts = list(cache) if cache else [None] * len(self.blocks)
+        presents = []
+        for block, past in zip(self.blocks, pasts):
+            x, present = block(x, past)
+            presents.append(present)
+        if cache is not None:
+            cache[:] = presents
+        logits = self.head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, use_cache: bool = False) -> torch.Tensor:
+        """Appends ``max_new_tokens`` tokens to ``idx`` ``(B, T)``, each sampled from the
+        softmax of the last logits divided by ``temperature``, among the ``top_k`` most
+        likely when given (``top_k=1`` is greedy decoding). The context is cropped to the
+        last ``block_size`` tokens. With ``use_cache`` the keys and values of earlier
+        tokens are reused; when the context no longer fits, the cache restarts from the
+        cropped context, so tokens equal those made without the cache.
+        """
+        cache: list = []
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size:]
+            cached_len = cache[0][0].shape[-2] if cache else 0
+            if not use_cache or cached_len + 1 > self.config.block_size or cached_len == 0:
+                cache = []
+                logits, _ = self(context, cache=cache if use_cache else None)
+            else:
+                logits, _ = self(idx[:, -1:], cache=cache)
+            idx = torch.cat([idx, sample_next_token(logits[:, -1, :], temperature, top_k)], dim=1)
+        return idx
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """Draws one token id per row of ``logits`` ``(B, vocab)`` -> ``(B, 1)``."""
+    if top_k == 1:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), num_samples=1)
+
+
+def gradient_fingerprint(grads: AttentionWeights) -> list[int]:
+    """Seed 000's integer fingerprint of attention gradients: ``int(sum(g**2))`` for the
+    query, key and value weights and biases, in that order; -1 marks a gradient with NaN."""
+    order = (grads.w_query, grads.b_query, grads.w_key, grads.b_key, grads.w_value, grads.b_value)
+    sums = [(g ** 2).sum().item() for g in order]
+    return [-1 if math.isnan(s) else int(s) for s in sums]
