@@ -10,7 +10,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autograder.nbgrader_hooks import RefuseInKernelGrading  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern,  # noqa: E402
+                                    LimitOutput, SaveAutoGrades)
+
+from autograder.nbgrader_hooks import TrustedGrading  # noqa: E402
 
 c = get_config()  # noqa: F821 - injected by traitlets
 
@@ -35,6 +39,11 @@ c.Execute.timeout = 120
 # HTML that nbgrader renders (formgrader, feedback).
 c.HTMLExporter.sanitize_html = True
 
-# `nbgrader autograde` would run hidden tests in the student's own kernel, where one line
-# of student code can fake a pass. In this course it refuses and names the trusted command.
-c.Autograde.autograde_preprocessors = [RefuseInKernelGrading]
+# `nbgrader autograde` would run hidden tests in the student's own kernel, where one line of
+# student code can fake a pass. Here its execute step is the trusted pipeline of `autograder
+# grade` (sandboxed run, trusted comparison); nbgrader's other steps record the result.
+c.TrustedGrading.course_root = str(Path(__file__).resolve().parent)
+c.Autograde.autograde_preprocessors = [
+    TrustedGrading, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    CheckCellMetadata,
+]

@@ -1,20 +1,53 @@
-"""The course's hooks into nbgrader's own commands."""
+"""The course's hook into ``nbgrader autograde``: the trusted pipeline in place of ``Execute``.
+
+nbgrader would run the hidden tests inside the student's kernel, where a patched
+``torch.allclose`` or an input transformer earns full marks. In this course the autograde
+step instead grades the submitted notebook the way ``autograder grade`` does (preflight,
+sandboxed run, trusted comparison) and writes each item's verdict into its visible test
+cell: a passed item as plain text, anything else as an error output. nbgrader's own
+``SaveAutoGrades`` then gives full points to a test cell without an error and none to one
+with an error, which is exactly the grader's all-or-nothing score per item; so the
+gradebook, formgrader and feedback see the same grades either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
+from nbformat.v4 import new_output
+from traitlets import Bool, Unicode
 
 
-class RefuseInKernelGrading(Preprocessor):
-    """Stands in for nbgrader's ``Execute`` step in ``nbgrader autograde``.
+class TrustedGrading(Preprocessor):
+    """Grades the notebook with the trusted pipeline and records the results in its test cells."""
 
-    nbgrader would run the hidden tests inside the student's kernel, where a patched
-    ``torch.allclose`` or an input transformer earns full marks. This course grades through
-    a sandbox and a trusted comparison instead, so the in-kernel path stops here and says
-    what to run.
-    """
+    course_root = Unicode("", help="The course folder (where nbgrader_config.py is).").tag(config=True)
+    enabled = Bool(True, help="nbconvert skips preprocessors that are not enabled: this one must run.")
 
     def preprocess(self, nb, resources):
-        assignment = resources.get("nbgrader", {}).get("assignment", "ASSIGNMENT")
-        raise RuntimeError(
-            "This course does not grade inside the student's kernel. Run the trusted grader "
-            f"instead:  autograder grade {assignment}   (see README, 'Grading')."
-        )
+        from autograder import grading, runner, sandbox
+
+        info = resources.get("nbgrader", {})
+        assignment_name, student, notebook = info.get("assignment"), info.get("student"), info.get("notebook")
+        isolation = sandbox.detect_isolation()
+        if isolation.name == "none":
+            raise RuntimeError(f"No sandbox for student code ({isolation.detail}). Install bubblewrap, or use "
+                               f"`autograder grade {assignment_name} --unsafe-no-sandbox` inside a container.")
+        course = grading.Course(Path(self.course_root or "."))
+        assignment = grading.Assignment.load(course, assignment_name)
+        path = course.submission_folder(assignment_name, student) / f"{notebook}.ipynb"
+        library = runner.sandbox_library(course.root / ".grading" / "lib")
+        items, _ = grading.grade_notebook(assignment, notebook, path if path.exists() else None,
+                                          runner.RunSettings(), isolation, library)
+        verdicts = {f"{item.grade_id}_test": item for item in items}
+        for cell in nb.cells:
+            item = verdicts.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+            if item is None:
+                continue
+            text = f"[{item.status}] {item.message}" + (f"\nHint: {item.hint}" if item.hint else "")
+            if item.status == "passed":
+                cell.outputs = [new_output("stream", name="stdout", text=text + "\n")]
+            else:
+                cell.outputs = [new_output("error", ename=item.status, evalue=text, traceback=[text])]
+        return nb, resources

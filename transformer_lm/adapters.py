@@ -15,8 +15,10 @@ from transformer_lm.checks import AttentionAPI, AttentionCase
 from transformer_lm.reference import AttentionWeights
 
 
-def _linear(prefix: str, weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def _linear(prefix: str, weight: torch.Tensor | None, bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """An ``nn.Linear``'s parameters under ``prefix``."""
+    if weight is None:
+        raise ValueError(f"this class has a layer {prefix!r}; test it with AttentionCase(..., out_proj=True)")
     state = {f"{prefix}.weight": weight}
     if bias is not None:
         state[f"{prefix}.bias"] = bias

@@ -15,7 +15,10 @@ element-wise, for outputs and for gradients.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,8 +48,9 @@ def _show(t: torch.Tensor, limit: int = 6) -> str:
 
 
 def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
-               rtol: float = RTOL, atol: float = ATOL) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise a sentence that says how it differs."""
+               rtol: float = RTOL, atol: float = ATOL, values: bool = True) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise a sentence that says how it differs.
+    With ``values=False`` (hidden checks) it names the largest error but lists no values."""
     if tuple(got.shape) != tuple(expected.shape):
         return f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
     if not got.is_floating_point():
@@ -65,9 +69,12 @@ def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
         return None
     worst = int(torch.argmax(error - allowed))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape)) if got.dim() else ()
-    return (f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is "
-            f"{error.flatten()[worst].item():.3g} at index {index} (expected {expected64.flatten()[worst].item():.6g}, "
-            f"got {got64.flatten()[worst].item():.6g}).\n  expected {_show(expected)}\n  got      {_show(got)}")
+    message = f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is " \
+              f"{error.flatten()[worst].item():.3g} at index {index}"
+    if not values:
+        return message + "."
+    return (message + f" (expected {expected64.flatten()[worst].item():.6g}, got {got64.flatten()[worst].item():.6g})."
+            f"\n  expected {_show(expected)}\n  got      {_show(got)}")
 
 
 def check_shape(got: torch.Tensor, expected_shape, name: str = "output") -> None:
@@ -122,20 +129,22 @@ def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mist
 
 def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
           candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
-          rtol: float = RTOL, atol: float = ATOL) -> Verdict:
-    """Compares a probe's record with the expected one: output, then weights, then gradients."""
+          rtol: float = RTOL, atol: float = ATOL, values: bool = True) -> Verdict:
+    """Compares a probe's record with the expected one: output, then weights, then gradients.
+    ``values=False`` keeps expected values out of the message (for hidden checks)."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
     for key in order:
         if key not in got:
             return Verdict("failed", f"{key} was not produced.")
-        problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol)
+        problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol, values)
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates or {}, rtol, atol))
     if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
         return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
                        catalog.BY_NAME["dropout_in_eval"])
-    return Verdict("passed", "Correct: output" + (" and gradients" if any(k.startswith("grad.") for k in expected)
-                                                 else "") + " match the reference.")
+    gradients = any(k.startswith("grad.") for k in expected)
+    return Verdict("passed", "Correct: " + ("outputs and gradients match" if gradients else "the output matches")
+                   + " the reference.")
 
 
 # --------------------------------------------------------------------------------------
@@ -258,16 +267,56 @@ def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTenso
     return arguments, expected, candidates
 
 
-def _probe_here(name: str, probe, *args, **kwargs):
-    """Runs a probe in this kernel, turning an unfinished answer or a probe error into a
-    :class:`CheckFailed` that says what to do."""
+def call_student(name: str, function, *args, **kwargs):
+    """Calls student code (through a probe) in this kernel, turning whatever goes wrong into
+    a :class:`CheckFailed` that says what to do. The original error stays chained, so the
+    traceback still shows the line of the answer that raised it."""
     try:
-        return probe(*args, **kwargs)
+        return function(*args, **kwargs)
     except NotImplementedError:
         raise CheckFailed(f"TODO: {name} is not written yet (it raises NotImplementedError). "
                           "Fill in the cell marked YOUR CODE HERE above, run it, then run this check again.") from None
     except probes.ProbeError as error:
         raise CheckFailed(f"{name}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - any error of the answer is reported to the student
+        raise CheckFailed(f"{name} raised {type(error).__name__}: {error}") from error
+
+
+def mentioned_names(source: str) -> set[str]:
+    """Every identifier, attribute name and word in a string constant that ``source`` mentions
+    (IPython magics and shell escapes are ignored). Used to spot forbidden library calls."""
+    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    try:
+        tree = ast.parse(python)
+    except SyntaxError:
+        return set(re.findall(r"\w+", source))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.update(node.name.split("."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names.update(re.findall(r"\w+", node.value))  # getattr(torch, "softmax") counts; docstrings do not
+    return names
+
+
+def check_not_used(obj, forbidden: tuple[str, ...]) -> None:
+    """Raises :class:`CheckFailed` when the source of ``obj`` mentions a forbidden name
+    (the library version of what the exercise asks you to write)."""
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return
+    used = sorted(set(forbidden) & mentioned_names(source))
+    if used:
+        raise CheckFailed(f"{obj.__name__} uses {', '.join(used)}: this exercise asks you to write it yourself, "
+                          f"and the grader gives no points for an answer that calls it.")
 
 
 def _report(name: str, verdict: Verdict) -> Verdict:
@@ -280,7 +329,7 @@ def check_attention_module(cls, api: AttentionAPI, case: AttentionCase, seed: in
     """Visible check of an attention class: probe it here and judge it against the reference."""
     tensors = make_case_tensors(case, torch.Generator().manual_seed(seed))
     arguments, expected, candidates = attention_records(api, case, tensors)
-    got = _probe_here(cls.__name__, probes.probe_module, cls, **arguments)
+    got = call_student(cls.__name__, probes.probe_module, cls, **arguments)
     return _report(cls.__name__, judge(got, expected, candidates))
 
 
@@ -298,10 +347,12 @@ def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: 
 
 
 def check_function(fn, expected_fn, inputs: dict[str, torch.Tensor], *, grad_output: torch.Tensor | None = None,
-                   candidates: dict | None = None) -> Verdict:
-    """Visible check of a function of tensors against ``expected_fn`` (from the reference)."""
+                   candidates: dict | None = None, forbids: tuple[str, ...] = ()) -> Verdict:
+    """Visible check of a function of tensors against ``expected_fn`` (from the reference);
+    ``forbids`` names library functions the answer may not call."""
+    check_not_used(fn, forbids)
     expected = function_records(expected_fn, inputs, grad_output)
-    got = _probe_here(fn.__name__, probes.probe_function, fn, inputs, grad_output=grad_output)
+    got = call_student(fn.__name__, probes.probe_function, fn, inputs, grad_output=grad_output)
     return _report(fn.__name__, judge(got, expected, candidates))
 
 
@@ -320,7 +371,7 @@ def check_transfer(fn, source_cls, source_api: AttentionAPI, target_cls, target_
     """Visible check of a weight transfer ``fn(source, target)`` between two attention classes."""
     tensors = make_case_tensors(case, torch.Generator().manual_seed(seed))
     arguments, expected = transfer_records(source_api, target_api, case, tensors)
-    got = _probe_here(fn.__name__, probes.probe_transfer, fn, source_cls, target_cls=target_cls, **arguments)
+    got = call_student(fn.__name__, probes.probe_transfer, fn, source_cls, target_cls=target_cls, **arguments)
     return _report(fn.__name__, judge(got, expected))
 
 

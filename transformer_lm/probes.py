@@ -125,6 +125,20 @@ def probe_transfer(fn, source_cls, source_init: dict, source_state: dict[str, to
         return {"output": plain(_split_result(target(x))[0])}
 
 
+def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Calls ``fn(**kwargs)`` for a module, runs it in eval mode on ``x`` and records the
+    output and, as ``shape.<name>``, the shape of each parameter."""
+    torch.manual_seed(0)
+    module = fn(**kwargs)
+    if not isinstance(module, torch.nn.Module):
+        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(module).__name__}, expected an nn.Module")
+    module.eval()
+    with torch.no_grad():
+        record = {"output": plain(_split_result(module(x))[0])}
+    record.update({f"shape.{name}": torch.tensor(list(p.shape)) for name, p in module.named_parameters()})
+    return record
+
+
 def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
     """The names and shapes of the parameters of ``cls(**init)``."""
     module = cls(**init)

@@ -1,0 +1,93 @@
+"""Hidden checks of assignment 01 (attention basics).
+
+Shapes differ from the notebook's six tokens of width 3: longer and single-token
+sequences, one head and several, with and without biases, dropout switched on but the
+module in eval mode. Inputs come from the course's secret seed.
+"""
+
+import torch
+
+from autograder.spec import (AttentionCheck, FactoryCheck, FunctionCheck, Item, RaisesCheck,
+                             TransferCheck)
+from transformer_lm import adapters
+from transformer_lm.checks import AttentionCase, Verdict
+
+SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
+LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
+                     "torch.nn.functional.multi_head_attention_forward")
+
+
+def scores_vectors(generator, rows, width, scale=1.0):
+    return {"x": torch.randn(rows, width, generator=generator) * scale}
+
+
+def two_dimensional(record) -> Verdict:
+    """Exercise 3.2: two heads whose concatenated outputs are 2-dimensional."""
+    heads = sorted({name.split(".")[2] for name in record if name.startswith("shape.heads.")})
+    width = record["output"].shape[-1]
+    if len(heads) != 2:
+        return Verdict("failed", f"The wrapper has {len(heads)} heads in .heads; the exercise keeps num_heads=2.")
+    if width != 2:
+        return Verdict("failed", f"The outputs are {width}-dimensional; with 2 heads, each head's d_out must be 1.")
+    return Verdict("passed", "Two heads of width 1: 2-dimensional outputs.")
+
+
+ITEMS = [
+    Item("softmax_stable", 1, (
+        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                      lambda g: scores_vectors(g, 4, 9)),
+        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                      lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False),  # naive exp overflows here
+        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                      lambda g: {"x": torch.randn(7, generator=g)}),
+    ), forbids=SOFTMAX),
+    Item("context_vectors", 1, (
+        FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
+                      lambda g: scores_vectors(g, 8, 5)),
+        FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
+                      lambda g: scores_vectors(g, 1, 4)),
+    ), forbids=LIBRARY_ATTENTION),
+    Item("self_attention_v1", 1, (
+        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 7, 5, 4, bias=False)),
+        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 1, 3, 2, bias=False)),
+    ), forbids=LIBRARY_ATTENTION),
+    Item("self_attention_v2", 1, (
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 7, 5, 4, bias=False)),
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 4, 6, 3, bias=True)),
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 1, 2, 5, bias=False)),
+    ), forbids=LIBRARY_ATTENTION),
+    Item("transfer_weights", 1, (
+        TransferCheck("transfer_weights", "SelfAttention_v2", adapters.SELF_ATTENTION_V2,
+                      "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 6, 5, 3, bias=False)),
+    )),
+    Item("causal_attention", 1, (
+        AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
+                       AttentionCase(3, 7, 5, 4, causal=True, bias=False, context_length=9)),
+        AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
+                       AttentionCase(2, 1, 3, 2, causal=True, bias=True)),
+        AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
+                       AttentionCase(2, 5, 4, 3, causal=True, bias=False, dropout=0.5)),
+    ), forbids=LIBRARY_ATTENTION),
+    Item("multihead_wrapper", 1, (
+        AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
+                       AttentionCase(2, 6, 5, 6, num_heads=3, causal=True, bias=False, context_length=8)),
+        AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
+                       AttentionCase(1, 4, 3, 2, num_heads=1, causal=True, bias=True)),
+    ), forbids=LIBRARY_ATTENTION),
+    Item("two_dim_wrapper", 1, (
+        FactoryCheck("two_dim_wrapper", {"d_in": 5, "context_length": 7}, (2, 7, 5), two_dimensional),
+    )),
+    Item("multihead_attention", 2, (
+        AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
+                       AttentionCase(2, 6, 5, 8, num_heads=4, causal=True, bias=False, out_proj=True,
+                                     context_length=10)),
+        AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
+                       AttentionCase(3, 5, 4, 6, num_heads=1, causal=True, bias=True, out_proj=True)),
+        AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
+                       AttentionCase(1, 1, 3, 6, num_heads=3, causal=True, bias=False, out_proj=True)),
+        AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
+                       AttentionCase(2, 4, 3, 4, num_heads=2, causal=True, bias=False, out_proj=True, dropout=0.5)),
+        RaisesCheck("MultiHeadAttention", {"d_in": 3, "d_out": 7, "context_length": 4, "dropout": 0.0,
+                                           "num_heads": 2}),
+    ), forbids=LIBRARY_ATTENTION),
+]

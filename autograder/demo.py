@@ -1,0 +1,98 @@
+"""``autograder demo``: a small made-up class, graded end to end in a temporary course folder.
+
+The class of assignment 01 has four students: one hands in the solution, one the blank
+release, one a typical mistake (seed 001's softmax over ``dim=1`` in ``CausalAttention``), and
+one a wrong answer dressed up with two of the tricks that fool in-kernel graders (a patched
+``torch.allclose`` and an IPython input transformer that empties the test cells).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ASSIGNMENT = "01_attention_basics"
+NOTEBOOK = "attention_basics.ipynb"
+
+CHEAT = '''import torch
+import torch.nn as nn
+
+torch.allclose = lambda *args, **kwargs: True          # every comparison "passes"
+get_ipython().input_transformers_cleanup.append(lambda lines: [])   # later cells run as empty
+
+
+class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.d_out = d_out
+
+    def forward(self, x):
+        return torch.zeros(*x.shape[:-1], self.d_out, requires_grad=True)
+'''
+
+
+def nbgrader_env() -> dict[str, str]:
+    """nbgrader runs ``alembic`` as a subprocess: the environment's bin must be on PATH."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _with_answer(notebook: dict, grade_id: str, change) -> dict:
+    nb = copy.deepcopy(notebook)
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id:
+            cell["source"] = change("".join(cell["source"]))
+    return nb
+
+
+def build_course(root: Path) -> None:
+    """A course folder with the assignment's source, its release, and four submissions."""
+    shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(REPO / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"], cwd=root,
+                   env=nbgrader_env(), check=True, capture_output=True)
+    solution = json.loads((root / "source" / ASSIGNMENT / NOTEBOOK).read_text())
+    blank = json.loads((root / "release" / ASSIGNMENT / NOTEBOOK).read_text())
+    students = {
+        "ada_solution": solution,
+        "bo_blank": blank,
+        "cy_mistake": _with_answer(solution, "causal_attention",
+                                   lambda source: source.replace("dim=-1)", "dim=1)")),
+        "dee_cheater": _with_answer(blank, "causal_attention", lambda source: CHEAT),
+    }
+    for student, notebook in students.items():
+        folder = root / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        (folder / NOTEBOOK).write_text(json.dumps(notebook, indent=1))
+        (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+
+
+def run_demo(args) -> int:
+    from autograder.cli import main
+
+    started = time.monotonic()
+    keep = Path(args.keep).resolve() if args.keep else None
+    with tempfile.TemporaryDirectory(prefix="autograder-demo-") as scratch:
+        root = keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
+        print(f"Demo course folder: {root}")
+        build_course(root)
+        argv = ["grade", ASSIGNMENT, "--course", str(root), "--workers", str(min(4, os.cpu_count() or 1))]
+        if args.unsafe_no_sandbox:
+            argv.append("--unsafe-no-sandbox")
+        status = main(argv)
+        print(f"\nFeedback for the student who made a mistake: "
+              f"{root / 'feedback' / 'cy_mistake' / ASSIGNMENT / 'attention_basics.html'}")
+        print(f"Demo finished in {time.monotonic() - started:.0f} s."
+              + ("" if keep else " (Pass --keep DIR to keep the course folder.)"))
+        return status

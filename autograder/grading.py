@@ -1,0 +1,252 @@
+"""Grading one submission and a whole class: preflight, run, compare, record.
+
+The trusted process that runs this never executes student code: it reads notebooks as
+data (:mod:`autograder.preflight`), hands code and hidden inputs to the sandbox
+(:mod:`autograder.runner`), and judges the tensors that come back against the reference
+(:mod:`autograder.spec`, :mod:`transformer_lm.checks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import secrets
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from autograder import runner, sandbox
+from autograder.preflight import Preflight, preflight, read_notebook
+from autograder.spec import Item, Prepared
+
+STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
+CHECKS_DIR = Path(__file__).with_name("checks")
+
+
+@dataclass
+class ItemResult:
+    """The grade of one item, as every report shows it."""
+
+    grade_id: str
+    notebook: str
+    score: float
+    max_score: float
+    status: str
+    message: str
+    hint: str = ""
+    mistake: str | None = None
+
+
+@dataclass
+class SubmissionResult:
+    """The grade of one student's submission of one assignment."""
+
+    student: str
+    assignment: str
+    total: float
+    max_total: float
+    flags: list[str] = field(default_factory=list)
+    items: list[ItemResult] = field(default_factory=list)
+    isolation: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Course:
+    """A course folder in nbgrader's layout: source/, release/, submitted/, autograded/,
+    feedback/, gradebook.db, plus reports/ and the grader's private state in .grading/."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+
+    def release_notebooks(self, assignment: str) -> dict[str, Path]:
+        folder = self.root / "release" / assignment
+        notebooks = {p.stem: p for p in sorted(folder.glob("*.ipynb"))}
+        if not notebooks:
+            raise SystemExit(f"No release notebooks in {folder}. Generate them first: "
+                             f"nbgrader generate_assignment {assignment}")
+        return notebooks
+
+    def submission_folder(self, assignment: str, student: str) -> Path:
+        return self.root / "submitted" / student / assignment
+
+    def students(self, assignment: str) -> list[str]:
+        base = self.root / "submitted"
+        return sorted(p.name for p in base.iterdir() if (p / assignment).is_dir()) if base.is_dir() else []
+
+    def secret(self) -> bytes:
+        """The secret seed of hidden inputs: made once, kept out of every release, so that
+        grades repeat run after run."""
+        path = self.root / ".grading" / "secret"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_hex(32))
+            path.chmod(0o600)
+        return path.read_text().strip().encode()
+
+    def reports(self, assignment: str) -> Path:
+        return self.root / "reports" / assignment
+
+
+def load_items(assignment: str) -> list[Item]:
+    """The hidden checks of ``assignment`` (``autograder/checks/<assignment>.py``)."""
+    path = CHECKS_DIR / f"{assignment}.py"
+    if not path.exists():
+        raise SystemExit(f"No hidden checks for {assignment!r}: expected {path}.")
+    spec = importlib.util.spec_from_file_location(f"autograder.checks.a_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.ITEMS)
+
+
+def generator_for(secret: bytes, assignment: str, grade_id: str, index: int) -> torch.Generator:
+    """A generator for one check's hidden inputs, fixed by the course's secret."""
+    digest = hashlib.sha256(b"|".join([secret, assignment.encode(), grade_id.encode(), str(index).encode()]))
+    return torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little"))
+
+
+@dataclass
+class Assignment:
+    """Everything about one assignment that is the same for every student."""
+
+    name: str
+    release: dict[str, list[dict]]  # notebook name -> its release cells
+    items: dict[str, list[Item]]  # notebook name -> its items
+    prepared: dict[str, Prepared]  # probe id -> prepared check
+    probe_item: dict[str, str]  # probe id -> grade_id
+    points: dict[str, float]  # grade_id -> points
+
+    @classmethod
+    def load(cls, course: Course, name: str) -> Assignment:
+        release, items, prepared, probe_item = {}, {}, {}, {}
+        all_items = load_items(name)
+        secret = course.secret()
+        located = set()
+        for notebook, path in course.release_notebooks(name).items():
+            data, problem = read_notebook(path)
+            if problem:
+                raise SystemExit(f"The release notebook {path} is damaged: {problem}")
+            release[notebook] = data["cells"]
+            ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in data["cells"]}
+            items[notebook] = [item for item in all_items if item.grade_id in ids]
+            located.update(item.grade_id for item in items[notebook])
+        lost = [item.grade_id for item in all_items if item.grade_id not in located]
+        if lost:
+            raise SystemExit(f"Hidden checks name answer cells that no release notebook of {name} has: {lost}")
+        for item in all_items:
+            for index, check in enumerate(item.checks):
+                pid = f"{item.grade_id}.{index}"
+                prepared[pid] = check.prepare(generator_for(secret, name, item.grade_id, index))
+                probe_item[pid] = item.grade_id
+        return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items})
+
+
+def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
+    """The submitted notebook for ``name``; a single notebook under another name stands in
+    for a single missing one (students rename files), with a flag."""
+    path = folder / f"{name}.ipynb"
+    if path.exists():
+        return path
+    others = sorted(p for p in folder.glob("*.ipynb") if p.stem not in expected) if folder.is_dir() else []
+    if len(expected) == 1 and len(others) == 1:
+        flags.append(f"The notebook is named {others[0].name!r}, not {name + '.ipynb'!r}; it was graded all the same.")
+        return others[0]
+    return None
+
+
+def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight,
+               run: runner.RunResult | None) -> ItemResult:
+    """One item's result from its preflight status or its probe outcomes."""
+    base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0)
+    if pre.fatal:
+        status = "missing" if pre.fatal.startswith("No notebook") else "error"
+        return ItemResult(status=status, message=pre.fatal, **base)
+    if item.grade_id in pre.item_status:
+        status, message = pre.item_status[item.grade_id]
+        return ItemResult(status=status, message=message, **base)
+    for index in range(len(item.checks)):
+        pid = f"{item.grade_id}.{index}"
+        outcome = run.outcomes[pid]
+        if outcome.status == "todo":
+            return ItemResult(status="failed", message="Not written yet: the answer still raises NotImplementedError.",
+                              **base)
+        if outcome.status != "ok":
+            answer = pre.answer(item.grade_id)
+            problem = run.cell_problems.get(answer.index) if answer else None
+            message = outcome.message
+            if problem and outcome.status == "error" and "Your answer cell" not in message:
+                message = f"Your answer cell failed: {problem}"
+            return ItemResult(status=outcome.status, message=message, **base)
+        try:
+            verdict = assignment.prepared[pid].judge(outcome.record or {}, outcome.value)
+        except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
+            return ItemResult(status="error", message=f"The result could not be compared: {error}", **base)
+        if not verdict.passed:
+            mistake = verdict.mistake
+            return ItemResult(status="failed", message=verdict.message, hint=verdict.hint,
+                              mistake=mistake.title if mistake else None, **base)
+    base["score"] = item.points
+    return ItemResult(status="passed", message="All hidden checks passed.", **base)
+
+
+def grade_notebook(assignment: Assignment, notebook: str, path: Path | None, settings: runner.RunSettings,
+                   isolation: sandbox.Isolation, library: Path) -> tuple[list[ItemResult], Preflight]:
+    """Grades one submitted notebook (``path`` None when it is missing): preflight, run, compare."""
+    items = assignment.items[notebook]
+    pre = preflight(path, assignment.release[notebook], items)
+    run = None
+    if not pre.fatal:
+        ids = {i.grade_id for i in items} - set(pre.item_status)
+        pids = {pid: assignment.prepared[pid] for pid, gid in assignment.probe_item.items() if gid in ids}
+        with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
+            run = runner.run_submission(pre, pids, {p: assignment.probe_item[p] for p in pids},
+                                        Path(workdir), library, settings, isolation)
+    return [judge_item(item, notebook, assignment, pre, run) for item in items], pre
+
+
+def grade_submission(course: Course, assignment: Assignment, student: str, settings: runner.RunSettings,
+                     isolation: sandbox.Isolation, library: Path) -> tuple[SubmissionResult, dict[str, Preflight]]:
+    """Grades one student's submission; never raises for anything the submission contains."""
+    folder = course.submission_folder(assignment.name, student)
+    result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=isolation.name)
+    pres = {}
+    for notebook in assignment.release:
+        path = _find_notebook(folder, notebook, set(assignment.release), result.flags)
+        items, pres[notebook] = grade_notebook(assignment, notebook, path, settings, isolation, library)
+        result.items.extend(items)
+        result.flags.extend(f"{notebook}: {flag}" for flag in pres[notebook].flags)
+    result.total = sum(i.score for i in result.items)
+    result.max_total = sum(i.max_score for i in result.items)
+    return result, pres
+
+
+def grade_class(course: Course, assignment_name: str, students: list[str] | None, workers: int,
+                settings: runner.RunSettings, isolation: sandbox.Isolation, progress=None):
+    """Grades many submissions side by side; results come back in student order."""
+    assignment = Assignment.load(course, assignment_name)
+    students = students or course.students(assignment_name)
+    library = runner.sandbox_library(course.root / ".grading" / "lib")
+
+    def one(student):
+        outcome = grade_submission(course, assignment, student, settings, isolation, library)
+        if progress:
+            progress(student)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        graded = list(pool.map(one, students))
+    return assignment, graded
+
+
+def write_report(course: Course, result: SubmissionResult) -> Path:
+    """``reports/<assignment>/<student>.json``."""
+    folder = course.reports(result.assignment)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.student}.json"
+    path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
+    return path

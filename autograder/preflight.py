@@ -1,0 +1,238 @@
+"""Preflight: read a submitted notebook as data and make it safe and complete to run.
+
+Nothing here runs student code. The release notebook (what the student was given) is the
+skeleton: every locked cell (test cells, read-only cells) comes from it, whatever the
+submission did to them; answer cells keep the student's code but get the release's nbgrader
+metadata back; graded cells that are missing are restored as their release stubs; a pasted
+duplicate of a graded cell is kept as an ordinary cell. Each repair is reported.
+
+Then every answer cell is scanned: for library calls its item forbids (the ``forbidden``
+status) and for tampering patterns (the ``tampered`` status, and a flag on the submission).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformer_lm.checks import mentioned_names
+
+SKIP_TAG = "skip-grading"
+
+# Code that reaches for the grader, the notebook machinery or library internals. An honest
+# answer to an attention exercise has no reason to contain any of these.
+TAMPERING = [
+    (re.compile(r"input_transformers|input_transformer_manager|ast_transformers"), "registers an IPython input transformer"),
+    (re.compile(r"\bevents\s*\.\s*register|pre_run_cell|post_run_cell|pre_execute|post_execute"), "registers an IPython event hook"),
+    (re.compile(r"set_custom_exc|showtraceback\s*="), "replaces IPython's error handling"),
+    (re.compile(r"__torch_function__|__torch_dispatch__|_make_subclass|DisableTorchFunction"), "overrides torch's dispatch"),
+    (re.compile(r"gradebook\.db|nbgrader_config|journal\.jsonl|/grader/|autograder/checks|\.grading/|\.\./source"),
+     "reaches for the grader's files"),
+    (re.compile(r"sys\s*\.\s*modules|importlib\.reload|__builtins__|\bbuiltins\b"), "rewires modules or builtins"),
+    (re.compile(r"\bsetattr\s*\(\s*(torch|np|numpy|math|F|nn|builtins)\b"), "monkeypatches a library"),
+]
+PATCHABLE_ROOTS = {"torch", "np", "numpy", "math", "F", "nn", "builtins", "IPython", "safetensors", "json", "os", "sys"}
+
+
+@dataclass
+class Cell:
+    """One cell of the notebook to run, with what the grader needs to know about it."""
+
+    index: int
+    cell_type: str
+    source: str
+    grade_id: str | None = None
+    role: str = "other"  # "answer", "test", "readonly", "manual" (written answer) or "other"
+    skip: bool = False  # a demonstration cell the grader does not run
+    node: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Preflight:
+    """A notebook made ready to run, or the reason it cannot be (``fatal``)."""
+
+    cells: list[Cell] = field(default_factory=list)
+    notebook: dict | None = None
+    flags: list[str] = field(default_factory=list)
+    fatal: str | None = None
+    item_status: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def answer(self, grade_id: str) -> Cell | None:
+        return next((c for c in self.cells if c.grade_id == grade_id and c.role == "answer"), None)
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _nbgrader(cell: dict) -> dict:
+    meta = cell.get("metadata")
+    value = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _grading_fields(cell: dict) -> dict:
+    """The nbgrader fields that decide how a cell is graded (nbgrader's checksums are not among them)."""
+    return {k: v for k, v in _nbgrader(cell).items() if k in ("grade", "solution", "locked", "grade_id", "points", "task")}
+
+
+def _role(meta: dict) -> str:
+    if not meta:
+        return "other"
+    if meta.get("solution") and meta.get("grade"):
+        return "manual"
+    if meta.get("solution"):
+        return "answer"
+    if meta.get("grade"):
+        return "test"
+    return "readonly" if meta.get("locked") else "other"
+
+
+def read_notebook(path: Path) -> tuple[dict | None, str | None]:
+    """The notebook as a dict, or a message saying why it cannot be read and what to do."""
+    again = "Open it in JupyterLab, check that it shows your work, save it and submit it again."
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        return None, f"The notebook could not be read ({error.strerror}). {again}"
+    if not raw.strip():
+        return None, f"The notebook file is empty. {again}"
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
+    except json.JSONDecodeError as error:
+        return None, (f"The notebook is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
+                      f"it may have been cut off while saving. {again}")
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        return None, f"The file is JSON but not a notebook (no list of cells). {again}"
+    if data.get("nbformat") != 4:
+        return None, (f"The notebook is in nbformat {data.get('nbformat')!r}; this course reads nbformat 4, "
+                      f"which JupyterLab writes. {again}")
+    for cell in data["cells"]:
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str) \
+                or not isinstance(cell.get("source", ""), (str, list)):
+            return None, f"The notebook has a damaged cell. {again}"
+    return data, None
+
+
+def _restore(student: list[dict], release: list[dict], flags: list[str]) -> list[dict]:
+    """The student's cells, with locked cells and metadata restored from the release."""
+    by_id = {_nbgrader(c)["grade_id"]: c for c in release if _nbgrader(c).get("grade_id")}
+    seen: set[str] = set()
+    cells: list[dict] = []
+    for cell in student:
+        cell = copy.deepcopy(cell)
+        grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id is None:
+            cells.append(cell)
+            continue
+        if grade_id not in by_id or grade_id in seen:
+            reason = "a copy of a graded cell (pasted?)" if grade_id in seen else "an id the assignment does not have"
+            flags.append(f"Cell {grade_id!r} is {reason}; it runs as an ordinary cell and is not graded.")
+            cell.get("metadata", {}).pop("nbgrader", None)
+            cells.append(cell)
+            continue
+        seen.add(grade_id)
+        original = by_id[grade_id]
+        if _role(_nbgrader(original)) in ("test", "readonly"):
+            if _text(cell.get("source", "")) != _text(original["source"]) or cell.get("cell_type") != original["cell_type"]:
+                flags.append(f"The locked cell {grade_id!r} was changed; it was restored from the release.")
+            cells.append(copy.deepcopy(original))
+            continue
+        if _grading_fields(cell) != _grading_fields(original) or cell.get("cell_type") != original["cell_type"]:
+            flags.append(f"The nbgrader metadata of {grade_id!r} was changed; it was restored from the release.")
+        cell["metadata"] = {**(cell.get("metadata") or {}), "nbgrader": copy.deepcopy(_nbgrader(original))}
+        cell["cell_type"] = original["cell_type"]
+        cells.append(cell)
+    # Graded cells the submission lost come back as the release has them, after their predecessor.
+    for position, original in enumerate(release):
+        grade_id = _nbgrader(original).get("grade_id")
+        if not grade_id or grade_id in seen:
+            continue
+        earlier = {_nbgrader(c).get("grade_id") for c in release[:position]} - {None}
+        at = max((i + 1 for i, c in enumerate(cells) if _nbgrader(c).get("grade_id") in earlier), default=0)
+        cells.insert(at, copy.deepcopy(original))
+        seen.add(grade_id)
+        flags.append(f"The graded cell {grade_id!r} was missing; it was restored from the release.")
+    return cells
+
+
+def forbidden_name(path: str) -> str:
+    """The name an answer must not mention for a forbidden dotted path
+    (``torch.nn.MultiheadAttention.forward`` forbids ``MultiheadAttention``)."""
+    parts = path.split(".")
+    return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
+
+
+def _monkeypatches(source: str) -> bool:
+    """True when the code assigns to an attribute of a library module (``torch.allclose = ...``)."""
+    try:
+        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                                    for line in source.splitlines()))
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            root = target
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            settings = isinstance(target, ast.Attribute) and "backends" in ast.unparse(target).split(".")
+            if isinstance(target, ast.Attribute) and isinstance(root, ast.Name) and root.id in PATCHABLE_ROOTS \
+                    and not settings:
+                return True
+    return False
+
+
+def tampering(source: str) -> list[str]:
+    """What in ``source`` looks like tampering, in words."""
+    found = [words for pattern, words in TAMPERING if pattern.search(source)]
+    if _monkeypatches(source):
+        found.append("monkeypatches a library")
+    return sorted(set(found))
+
+
+def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
+    """Reads and repairs one submitted notebook against its release, for the given items."""
+    if path is None:
+        return Preflight(fatal="No notebook was submitted for this part of the assignment.")
+    data, fatal = read_notebook(path)
+    if fatal:
+        return Preflight(fatal=fatal)
+    result = Preflight()
+    restored = _restore(data["cells"], release_cells, result.flags)
+    release_skip = {_nbgrader(c).get("grade_id") for c in release_cells
+                    if SKIP_TAG in (c.get("metadata", {}).get("tags") or [])}
+    for index, node in enumerate(restored):
+        meta = _nbgrader(node)
+        tags = node.get("metadata", {}).get("tags") or []
+        grade_id = meta.get("grade_id")
+        result.cells.append(Cell(index, node["cell_type"], _text(node.get("source", "")), grade_id, _role(meta),
+                                 SKIP_TAG in tags or (grade_id is not None and grade_id in release_skip), node))
+    result.notebook = {**data, "cells": restored}
+    for cell in result.cells:
+        if cell.cell_type == "code" and cell.role not in ("test", "readonly"):
+            for words in tampering(cell.source):
+                where = f"answer {cell.grade_id!r}" if cell.grade_id else f"cell {cell.index + 1}"
+                result.flags.append(f"Tampering: {where} {words}.")
+    for item in items:
+        answer = result.answer(item.grade_id)
+        if answer is None:
+            continue
+        if f"The graded cell {item.grade_id!r} was missing; it was restored from the release." in result.flags:
+            result.item_status[item.grade_id] = ("missing", "The answer cell was missing from the notebook.")
+            continue
+        used = sorted(forbidden_name(p) for p in item.forbids if forbidden_name(p) in mentioned_names(answer.source))
+        if used:
+            result.item_status[item.grade_id] = (
+                "forbidden", f"The answer uses {', '.join(used)}, the library version of what this exercise "
+                             f"asks you to write yourself.")
+            continue
+        found = tampering(answer.source) if answer.cell_type == "code" else []
+        if found:
+            result.item_status[item.grade_id] = ("tampered", f"The answer {'; '.join(found)}. It was not graded; "
+                                                             f"a TA will look at it.")
+    return result
