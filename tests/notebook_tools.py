@@ -1,0 +1,129 @@
+"""Helpers for testing the course's notebooks with the real tools.
+
+Notebooks run in a real Jupyter kernel (nbclient) and releases are made by the real
+``nbgrader generate_assignment``; nothing is mocked. Every helper that changes a notebook
+returns a copy, so a notebook read once can be reused by several tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbformat import NotebookNode
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def read(path_or_nb) -> NotebookNode:
+    """A notebook read from ``path_or_nb``, or a deep copy of it when it is already one."""
+    if isinstance(path_or_nb, NotebookNode):
+        return copy.deepcopy(path_or_nb)
+    return nbformat.read(str(path_or_nb), as_version=4)
+
+
+def execute(path_or_nb, *, allow_errors: bool = False, timeout: int = 120, cwd=None) -> NotebookNode:
+    """Runs a notebook top to bottom in a fresh ``python3`` kernel and returns the executed copy.
+
+    ``cwd`` is the kernel's working directory: by default the notebook's folder when a path
+    is given, else the current one (``transformer_lm`` is installed, so any folder works).
+    Without ``allow_errors`` the first failing cell raises ``nbclient``'s ``CellExecutionError``;
+    with it every cell runs and errors are left in the outputs (see :func:`errors`).
+    """
+    nb = read(path_or_nb)
+    if cwd is None:
+        cwd = Path(path_or_nb).resolve().parent if not isinstance(path_or_nb, NotebookNode) else Path.cwd()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def grade_id(cell) -> str | None:
+    """The cell's nbgrader ``grade_id``, or None for a cell that nbgrader does not track."""
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def cell_by_grade_id(nb: NotebookNode, grade_id_: str) -> NotebookNode:
+    """The cell whose nbgrader ``grade_id`` is ``grade_id_``; KeyError if there is none."""
+    for cell in nb.cells:
+        if grade_id(cell) == grade_id_:
+            return cell
+    raise KeyError(f"no cell with grade_id {grade_id_!r}")
+
+
+def graded_cells(nb: NotebookNode, *, kind: str) -> list[NotebookNode]:
+    """nbgrader's answer cells (``kind="solution"``) or autograded test cells (``kind="grade"``)."""
+    if kind not in ("solution", "grade"):
+        raise ValueError(f"kind must be 'solution' or 'grade', got {kind!r}")
+    return [cell for cell in nb.cells if cell.get("metadata", {}).get("nbgrader", {}).get(kind)]
+
+
+def replace_solution(nb: NotebookNode, grade_id_: str, source: str) -> NotebookNode:
+    """A copy of ``nb`` with the source of answer cell ``grade_id_`` replaced by ``source``."""
+    nb = read(nb)
+    cell = cell_by_grade_id(nb, grade_id_)
+    if not cell.metadata["nbgrader"].get("solution"):
+        raise ValueError(f"cell {grade_id_!r} is not an answer (solution) cell")
+    cell.source = source
+    return nb
+
+
+def generate_release(assignment: str, course_root_copy, *, course_root=REPO_ROOT, timeout: int = 300) -> Path:
+    """Runs ``nbgrader generate_assignment <assignment> --force`` in a copy of the course.
+
+    ``course_root_copy`` is an empty (or missing) folder that receives the course's
+    ``nbgrader_config.py`` and ``source/<assignment>``; the gradebook is created there too,
+    never in the real course. Packages the config imports (``autograder``) come from the real
+    course through PYTHONPATH. Returns the generated ``release/<assignment>`` folder.
+    """
+    course_root, dest = Path(course_root), Path(course_root_copy)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(course_root / "nbgrader_config.py", dest / "nbgrader_config.py")
+    shutil.copytree(course_root / "source" / assignment, dest / "source" / assignment)
+
+    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs alembic, which lives beside python
+    env = {**os.environ,
+           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(course_root), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
+                            cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+    release = dest / "release" / assignment
+    if result.returncode != 0 or not release.is_dir():
+        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed (exit {result.returncode}):\n"
+                           f"{result.stdout}\n{result.stderr}")
+    return release
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (tracebacks from the kernel are coloured)."""
+    return _ANSI.sub("", text)
+
+
+def text_outputs(cell) -> str:
+    """Everything a code cell showed as text: streams, plain-text results and errors."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type in ("execute_result", "display_data"):
+            parts.append(output.get("data", {}).get("text/plain", ""))
+        elif output.output_type == "error":
+            parts.append(f"{output.ename}: {output.evalue}\n" + strip_ansi("\n".join(output.traceback)))
+        if parts and not parts[-1].endswith("\n"):
+            parts[-1] += "\n"
+    return "".join(parts)
+
+
+def errors(cell) -> list[tuple[str, str]]:
+    """The ``(exception name, message)`` of each error output of a code cell."""
+    return [(o.ename, strip_ansi(o.evalue)) for o in cell.get("outputs", []) if o.output_type == "error"]

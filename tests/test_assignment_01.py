@@ -1,0 +1,291 @@
+"""Assignment 01 (attention basics): the release, the solution, the student's start, two known bugs.
+
+Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
+python3 kernel. Each notebook is executed once per module and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import notebook_tools as tools
+
+ASSIGNMENT = "01_attention_basics"
+SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
+RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
+NOTEBOOK = "attention_basics.ipynb"
+
+POINTS = {"softmax_stable": 1, "context_vectors": 1, "self_attention_v1": 1, "self_attention_v2": 1,
+          "transfer_weights": 1, "causal_attention": 1, "multihead_wrapper": 1, "two_dim_wrapper": 1,
+          "multihead_attention": 2}
+
+# Seed 001's own CausalAttention: its softmax runs over dim=1, the queries of (b, queries, keys).
+SEED_CAUSAL_ATTENTION = '''
+class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            'mask',
+            torch.triu(torch.ones(context_length, context_length), diagonal=1)
+        )
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+        attn_scores = queries @ keys.transpose(1, 2)
+        attn_scores.masked_fill_(
+            self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1]**0.5, dim=1)
+        attn_weights = self.dropout(attn_weights)
+        context_vec = attn_weights @ values
+        return context_vec
+'''
+
+# Seed 001's own MultiHeadAttention: `self.d_out = d_out` sits inside a comment, so forward fails.
+SEED_MULTI_HEAD_ATTENTION = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out,
+    context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        # assert d_out % num_heads == 0 #d_out must be divisible by num_headself.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads #A
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out) #B
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(
+        'mask',
+        torch.triu(torch.ones(context_length, context_length), diagonal=1)
+    )
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)
+
+        keys = keys.transpose(1, 2)
+        queries = queries.transpose(1, 2)
+        values = values.transpose(1, 2)
+
+        attn_scores = queries @ keys.transpose(2, 3)
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+
+        attn_weights = torch.softmax(
+            attn_scores / keys.shape[-1]**0.5, dim=-1)
+        attn_weights = self.dropout(attn_weights)
+
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        context_vec = self.out_proj(context_vec)
+
+        return context_vec
+'''
+
+
+def squeeze(text: str) -> str:
+    """Whitespace collapsed, so that torch's column padding does not matter."""
+    return re.sub(r"\s+", " ", text)
+
+
+def solution_bodies(nb) -> dict[str, list[str]]:
+    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
+    bodies = {}
+    for cell in tools.graded_cells(nb, kind="solution"):
+        inside, lines = False, []
+        for line in cell.source.splitlines():
+            if "### BEGIN SOLUTION" in line:
+                inside = True
+            elif "### END SOLUTION" in line:
+                inside = False
+            elif inside and line.strip():
+                lines.append(line.strip())
+        bodies[tools.grade_id(cell)] = lines
+    return bodies
+
+
+@pytest.fixture(scope="module")
+def source_nb():
+    return tools.read(SOURCE_DIR / NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def solved(source_nb):
+    """The solution notebook, executed once, and how long it took."""
+    start = time.perf_counter()
+    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
+    return nb, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def released_run():
+    """The committed student notebook, executed with errors allowed."""
+    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# The source notebook's shape
+# --------------------------------------------------------------------------------------
+
+
+def test_source_is_clean_and_graded_as_planned(source_nb):
+    assert source_nb.metadata["kernelspec"]["name"] == "python3"
+    assert source_nb.metadata["language_info"]["name"] == "python"
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"outputs left in cell {cell.id}"
+
+    setup = tools.cell_by_grade_id(source_nb, "setup")
+    assert source_nb.cells.index(setup) < 3 and setup.metadata["nbgrader"]["locked"]
+    assert "transformer_lm" not in setup.source
+
+    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")}
+    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
+    assert sum(tests.values()) == 10
+
+    for name, points in POINTS.items():
+        answer = tools.cell_by_grade_id(source_nb, name)
+        index = source_nb.cells.index(answer)
+        assert tools.grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
+        heading = source_nb.cells[index - 1]
+        assert heading.cell_type == "markdown"
+        assert f"({points} point{'s' if points > 1 else ''})" in heading.source.splitlines()[0]
+
+
+# --------------------------------------------------------------------------------------
+# 1. The committed release is what nbgrader makes from the source, without solutions
+# --------------------------------------------------------------------------------------
+
+
+def test_release_is_generated_from_source(tmp_path):
+    generated = tools.generate_release(ASSIGNMENT, tmp_path / "course")
+    names = sorted(p.name for p in generated.glob("*.ipynb"))
+    assert names == sorted(p.name for p in RELEASE_DIR.glob("*.ipynb")) == [NOTEBOOK]
+    for name in names:
+        fresh = json.loads((generated / name).read_text())
+        committed = json.loads((RELEASE_DIR / name).read_text())
+        assert fresh == committed, f"release/{ASSIGNMENT}/{name} is stale: run nbgrader generate_assignment"
+
+
+def test_release_contains_no_solutions(source_nb):
+    release = tools.read(RELEASE_DIR / NOTEBOOK)
+    text = "\n".join(cell.source for cell in release.cells)
+    assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
+    bodies = solution_bodies(source_nb)
+    assert set(bodies) == set(POINTS)
+    for name, lines in bodies.items():
+        assert lines, f"{name}: no solution body in the source"
+        cell = tools.cell_by_grade_id(release, name)
+        assert "raise NotImplementedError()" in cell.source
+        left = {line.strip() for line in cell.source.splitlines()}
+        for line in lines:
+            if re.search(r"[A-Za-z]", line):   # skip lines like ")" that skeletons share
+                assert line not in left, f"{name}: solution line left in the release: {line}"
+        assert squeeze(" ".join(lines)) not in squeeze(text)
+    # The skeleton keeps what a student needs to see: the signatures.
+    for signature in ("def softmax_stable(x):", "def context_vectors(inputs):",
+                      "class SelfAttention_v1(nn.Module):", "def __init__(self, d_in, d_out):",
+                      "def transfer_weights(sa_v2, sa_v1):",
+                      "def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):",
+                      "def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):",
+                      "def two_dim_wrapper(d_in, context_length, dropout=0.0):", "def forward(self, x):"):
+        assert signature in text
+
+
+# --------------------------------------------------------------------------------------
+# 2. The solution runs, fast, and prints the course's numbers
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_runs_quickly(solved):
+    nb, seconds = solved
+    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
+
+
+def test_solution_prints_the_expected_values(solved):
+    nb, _ = solved
+    text = squeeze("".join(tools.text_outputs(c) for c in nb.cells if c.cell_type == "code"))
+    assert "tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])" in text   # scores of x(2)
+    assert "tensor([0.4419, 0.6515, 0.5683])" in text                            # z(2)
+    assert "tensor([[0.2996, 0.8053]," in text                                   # SelfAttention_v1, seed 123
+    assert "tensor([[[-0.4519, 0.2216, 0.4772, 0.1063]," in text                 # the wrapper, seed 123
+    assert "-0.0844" not in text                                                 # seed 001's softmax(dim=1) numbers
+    assert "tensor([nan, nan, nan])" in text                                     # the naive softmax overflows
+    assert "raises ValueError: d_out=5 is not divisible by num_heads=2" in text
+
+
+def test_every_check_passes_in_the_solution(solved):
+    nb, _ = solved
+    for name in POINTS:
+        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
+        assert output.strip(), f"{name}_test printed nothing"
+        assert "orrect" in output, output
+
+
+# --------------------------------------------------------------------------------------
+# 3. A student's first run: every check says TODO, nothing else breaks
+# --------------------------------------------------------------------------------------
+
+
+def test_release_reports_todo_everywhere(released_run):
+    test_ids = {f"{name}_test" for name in POINTS}
+    for cell in released_run.cells:
+        if cell.cell_type != "code":
+            continue
+        found = tools.errors(cell)
+        if tools.grade_id(cell) in test_ids:
+            assert found, f"{tools.grade_id(cell)} passed on an empty answer"
+        for ename, evalue in found:
+            todo = ename == "CheckFailed" and "TODO" in evalue
+            assert todo or ename == "NotImplementedError", (
+                f"cell {cell.id} ({tools.grade_id(cell)}) fails with {ename}: {evalue}")
+            if tools.grade_id(cell) in test_ids:
+                assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
+    # Cells that need no student code still show their numbers.
+    text = squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
+    assert "tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])" in text
+    assert "tensor([0.4419, 0.6515, 0.5683])" in text
+
+
+# --------------------------------------------------------------------------------------
+# 4. Seed 001's own bugs are caught and named
+# --------------------------------------------------------------------------------------
+
+
+def _test_cell_errors(source_nb, grade_id: str, code: str) -> str:
+    nb = tools.execute(tools.replace_solution(source_nb, grade_id, code), allow_errors=True, cwd=SOURCE_DIR)
+    found = tools.errors(tools.cell_by_grade_id(nb, f"{grade_id}_test"))
+    assert found, f"{grade_id}_test passed seed 001's code"
+    return "\n".join(f"{ename}: {evalue}" for ename, evalue in found)
+
+
+def test_seed_causal_attention_is_caught(source_nb):
+    message = _test_cell_errors(source_nb, "causal_attention", SEED_CAUSAL_ATTENTION)
+    assert "CheckFailed" in message
+    assert "softmax over the wrong dimension" in message
+
+
+def test_seed_multi_head_attention_is_caught(source_nb):
+    message = _test_cell_errors(source_nb, "multihead_attention", SEED_MULTI_HEAD_ATTENTION)
+    assert "d_out" in message
