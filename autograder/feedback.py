@@ -31,6 +31,8 @@ def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str
     rows = []
     for item in items:
         hint = f"<p><b>Likely mistake: {escape(item.mistake or '')}.</b> {escape(item.hint)}</p>" if item.hint else ""
+        if item.deduction:
+            hint += f"<p><b>Deduction</b>, {escape(item.deduction)}</p>"
         rows.append(f'<tr class="{escape(item.status)}"><td>{escape(item.grade_id)}</td>'
                     f"<td>{item.score:g} / {item.max_score:g}</td><td>{escape(item.status)}</td>"
                     f"<td><pre>{escape(item.message)}</pre>{hint}</td></tr>")

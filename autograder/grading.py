@@ -17,14 +17,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pycodestyle
 import torch
 
 from autograder import runner, sandbox
 from autograder.preflight import Preflight, preflight, read_notebook
-from autograder.spec import Item, Prepared
+from autograder.spec import STYLE, Item, Prepared
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
 CHECKS_DIR = Path(__file__).with_name("checks")
+
+
+class _StyleCollector(pycodestyle.BaseReport):
+    """Keeps pycodestyle's findings as short lines instead of printing them."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.problems: list[str] = []
+
+    def error(self, line_number, offset, text, check):
+        code = super().error(line_number, offset, text, check)
+        if code:
+            self.problems.append(f"line {line_number}: {text}")
+        return code
 
 
 @dataclass
@@ -39,6 +54,8 @@ class ItemResult:
     message: str
     hint: str = ""
     mistake: str | None = None
+    deduction: str = ""
+    answer: str = ""  # the answer cell graded (several items may share one)
 
 
 @dataclass
@@ -120,6 +137,7 @@ class Assignment:
     prepared: dict[str, Prepared]  # probe id -> prepared check
     probe_item: dict[str, str]  # probe id -> grade_id
     points: dict[str, float]  # grade_id -> points
+    answers: dict[str, str]  # grade_id -> the answer cell it grades
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -133,9 +151,9 @@ class Assignment:
                 raise SystemExit(f"The release notebook {path} is damaged: {problem}")
             release[notebook] = data["cells"]
             ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in data["cells"]}
-            items[notebook] = [item for item in all_items if item.grade_id in ids]
+            items[notebook] = [item for item in all_items if item.answer_id in ids]
             located.update(item.grade_id for item in items[notebook])
-        lost = [item.grade_id for item in all_items if item.grade_id not in located]
+        lost = [item.answer_id for item in all_items if item.grade_id not in located]
         if lost:
             raise SystemExit(f"Hidden checks name answer cells that no release notebook of {name} has: {lost}")
         for item in all_items:
@@ -143,7 +161,8 @@ class Assignment:
                 pid = f"{item.grade_id}.{index}"
                 prepared[pid] = check.prepare(generator_for(secret, name, item.grade_id, index))
                 probe_item[pid] = item.grade_id
-        return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items})
+        return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
+                   {i.grade_id: i.answer_id for i in all_items})
 
 
 def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
@@ -162,7 +181,7 @@ def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]
 def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight,
                run: runner.RunResult | None) -> ItemResult:
     """One item's result from its preflight status or its probe outcomes."""
-    base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0)
+    base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0, answer=item.answer_id)
     if pre.fatal:
         status = "missing" if pre.fatal.startswith("No notebook") else "error"
         return ItemResult(status=status, message=pre.fatal, **base)
@@ -176,7 +195,7 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
             return ItemResult(status="failed", message="Not written yet: the answer still raises NotImplementedError.",
                               **base)
         if outcome.status != "ok":
-            answer = pre.answer(item.grade_id)
+            answer = pre.answer(item.answer_id)
             problem = run.cell_problems.get(answer.index) if answer else None
             message = outcome.message
             if problem and outcome.status == "error" and "Your answer cell" not in message:
@@ -191,7 +210,24 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
             return ItemResult(status="failed", message=verdict.message, hint=verdict.hint,
                               mistake=mistake.title if mistake else None, **base)
     base["score"] = item.points
+    problems = style_problems(pre.answer(item.answer_id).source) if item.style_deduction else []
+    if problems:
+        base["score"] = max(0.0, item.points - item.style_deduction)
+        return ItemResult(status="passed", message="All hidden checks passed.", **base,
+                          deduction=f"pep8: -{item.style_deduction:g} point ({'; '.join(problems[:5])})")
     return ItemResult(status="passed", message="All hidden checks passed.", **base)
+
+
+def style_problems(source: str) -> list[str]:
+    """PEP 8 problems of an answer cell under the course's style rules (a static check of
+    the text: nothing is run)."""
+    lines = [line + "\n" for line in source.splitlines()]
+    if any(line.lstrip().startswith(("%", "!")) for line in lines):
+        lines = [("#" + line) if line.lstrip().startswith(("%", "!")) else line for line in lines]
+    guide = pycodestyle.StyleGuide(quiet=True, **STYLE)
+    report = guide.init_report(_StyleCollector)
+    pycodestyle.Checker(lines=lines, options=guide.options, report=report).check_all()
+    return report.problems
 
 
 def grade_notebook(assignment: Assignment, notebook: str, path: Path | None, settings: runner.RunSettings,
@@ -203,9 +239,9 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None, set
     if not pre.fatal:
         ids = {i.grade_id for i in items} - set(pre.item_status)
         pids = {pid: assignment.prepared[pid] for pid, gid in assignment.probe_item.items() if gid in ids}
+        answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in pids}
         with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-            run = runner.run_submission(pre, pids, {p: assignment.probe_item[p] for p in pids},
-                                        Path(workdir), library, settings, isolation)
+            run = runner.run_submission(pre, pids, answers, Path(workdir), library, settings, isolation)
     return [judge_item(item, notebook, assignment, pre, run) for item in items], pre
 
 

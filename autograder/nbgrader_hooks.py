@@ -46,7 +46,11 @@ class TrustedGrading(Preprocessor):
             if item is None:
                 continue
             text = f"[{item.status}] {item.message}" + (f"\nHint: {item.hint}" if item.hint else "")
-            if item.status == "passed":
+            if item.status == "passed" and item.deduction:
+                # nbgrader reads a number in a test cell's result as partial credit.
+                cell.outputs = [new_output("stream", name="stdout", text=f"{text}\nDeduction, {item.deduction}\n"),
+                                new_output("execute_result", data={"text/plain": f"{item.score:g}"}, execution_count=1)]
+            elif item.status == "passed":
                 cell.outputs = [new_output("stream", name="stdout", text=text + "\n")]
             else:
                 cell.outputs = [new_output("error", ename=item.status, evalue=text, traceback=[text])]

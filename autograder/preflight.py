@@ -219,10 +219,10 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
                 where = f"answer {cell.grade_id!r}" if cell.grade_id else f"cell {cell.index + 1}"
                 result.flags.append(f"Tampering: {where} {words}.")
     for item in items:
-        answer = result.answer(item.grade_id)
+        answer = result.answer(item.answer_id)
         if answer is None:
             continue
-        if f"The graded cell {item.grade_id!r} was missing; it was restored from the release." in result.flags:
+        if f"The graded cell {item.answer_id!r} was missing; it was restored from the release." in result.flags:
             result.item_status[item.grade_id] = ("missing", "The answer cell was missing from the notebook.")
             continue
         used = sorted(forbidden_name(p) for p in item.forbids if forbidden_name(p) in mentioned_names(answer.source))

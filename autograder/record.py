@@ -23,7 +23,8 @@ from autograder.grading import Course, SubmissionResult
 from autograder.preflight import Preflight
 
 COURSE_ID = "self-attention"
-CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "message"]
+CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "deduction",
+              "message"]
 
 
 def gradebook(course: Course) -> Gradebook:
@@ -47,6 +48,8 @@ def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
 
 def _message(item) -> str:
     text = f"[{item.status}] {item.score:g}/{item.max_score:g} points. {item.message}"
+    if item.deduction:
+        text += f"\nDeduction, {item.deduction}"
     if item.hint:
         text += f"\nHint ({item.mistake}): {item.hint}"
     return text
@@ -60,7 +63,9 @@ def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(result.assignment, result.student)
         by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
-        by_answer = {(i.notebook, i.grade_id): i for i in result.items}
+        by_answer: dict = {}
+        for item in result.items:  # several items may grade one answer cell: their messages join
+            by_answer.setdefault((item.notebook, item.answer), []).append(item)
         for notebook in pres:
             submission = gb.find_submission_notebook(notebook, result.assignment, result.student)
             unreadable = pres[notebook].fatal is not None
@@ -73,8 +78,8 @@ def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str
                 else:  # a written answer: a TA grades it in formgrader
                     grade.auto_score, grade.needs_manual_grade = None, True
             for comment in submission.comments:
-                item = by_answer.get((notebook, comment.name))
-                comment.auto_comment = _message(item) if item else None
+                found = by_answer.get((notebook, comment.name))
+                comment.auto_comment = "\n".join(_message(i) for i in found) if found else None
         gb.db.commit()
 
 

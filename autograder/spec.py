@@ -97,20 +97,25 @@ class AttentionCheck:
 @dataclass(frozen=True)
 class FunctionCheck:
     """Calls the student's function on inputs drawn by ``make_inputs`` and compares the
-    result (and, with ``grad``, the gradients of the inputs) with ``expected``."""
+    result (and, with ``grad``, the gradients of the inputs) with ``expected``.
+    ``candidates(inputs)`` gives mistakes' records to name (e.g.
+    :func:`transformer_lm.checks.attention_function_candidates`)."""
 
     object: str
     expected: Callable[..., torch.Tensor]
     make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
     grad: bool = True
+    candidates: Callable[[dict], dict] | None = None
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         inputs = self.make_inputs(generator)
         output = self.expected(*inputs.values())
         grad_output = torch.randn(output.shape, generator=generator) if self.grad else None
         expected = checks.function_records(self.expected, inputs, grad_output)
+        candidates = self.candidates(inputs) if self.candidates else None
         plain, flat = _flatten({"inputs": inputs, "grad_output": grad_output})
-        return Prepared(ProbeCall("probe_function", {"fn": self.object}, plain, flat), _judge_record(expected))
+        return Prepared(ProbeCall("probe_function", {"fn": self.object}, plain, flat),
+                        _judge_record(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -170,14 +175,118 @@ class FactoryCheck:
 
 
 @dataclass(frozen=True)
+class ParametersCheck:
+    """Builds the student's class with ``init`` and compares the names and shapes of its
+    parameters with ``expected`` (for items that grade an ``__init__``)."""
+
+    object: str
+    init: dict
+    expected: dict[str, tuple[int, ...]]
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        def judge(record, shapes):
+            return checks.judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
+        return Prepared(ProbeCall("parameter_shapes", {"cls": self.object}, {"init": self.init}), judge)
+
+
+@dataclass(frozen=True)
+class MultiheadLoadCheck:
+    """The student's class copies an ``nn.MultiheadAttention`` with ``load_from_torch`` and
+    must then compute what the reference computes with those weights (mask included)."""
+
+    object: str
+    api: AttentionAPI
+    case: AttentionCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        tensors = checks.make_case_tensors(self.case, generator)
+        arguments, expected = checks.multihead_load_records(self.api, self.case, tensors)
+        plain, flat = _flatten(arguments)
+        return Prepared(ProbeCall("probe_load_from_torch", {"cls": self.object}, plain, flat), _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class DecoderLoadCheck:
+    """The student's decoder layer copies an ``nn.TransformerEncoderLayer`` (causal) with
+    ``load_from_torch`` and must then compute what the reference block computes."""
+
+    object: str
+    init: dict
+    case: checks.BlockCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        arguments, expected = checks.decoder_load_records(self.init, self.case, generator)
+        plain, flat = _flatten(arguments)
+        return Prepared(ProbeCall("probe_load_from_torch", {"cls": self.object}, plain, flat), _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class ModuleCheck:
+    """Loads a randomized reference module's weights into the student's class (same
+    parameter names) and compares the output and every gradient."""
+
+    object: str
+    init: dict
+    reference: Callable[[], torch.nn.Module]
+    make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        module = checks.randomize(self.reference(), generator)
+        arguments, expected = checks.module_case(module, self.make_inputs(generator), generator)
+        plain, flat = _flatten({"init": self.init, **arguments})
+        return Prepared(ProbeCall("probe_module", {"cls": self.object}, plain, flat), _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class GenerateCheck:
+    """Greedy generation (``top_k=1``, plus ``call_kwargs``) from the student's model with a
+    reference model's weights must give the reference's tokens; a prompt longer than the
+    block size tests the cropping."""
+
+    object: str
+    config: dict
+    batch: int
+    prompt: int
+    max_new_tokens: int
+    call_kwargs: dict = field(default_factory=dict)
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        from transformer_lm import reference
+
+        state, idx, expected = checks.generate_records(reference.GPTConfig(**self.config), generator, self.batch,
+                                                       self.prompt, self.max_new_tokens)
+        plain, flat = _flatten({"init": {"config": self.config}, "state": state, "idx": idx,
+                                "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}})
+        return Prepared(ProbeCall("probe_generate", {"cls": self.object}, plain, flat), _judge_record(expected))
+
+
+@dataclass(frozen=True)
 class Item:
-    """One graded answer and its hidden checks."""
+    """One graded item and its hidden checks.
+
+    ``grade_id`` names the item and its visible test cell (``<grade_id>_test``); ``answer`` is
+    the answer cell it grades, the item's own id unless several items grade one answer (the
+    scores, the mask and the output of one class). ``style_deduction`` points come off a
+    passing item whose answer cell breaks PEP 8 (:data:`STYLE`), never below zero.
+    """
 
     grade_id: str
     points: float
     checks: tuple
     forbids: tuple[str, ...] = ()
+    answer: str | None = None
+    style_deduction: float = 0.0
 
     @property
     def test_id(self) -> str:
         return f"{self.grade_id}_test"
+
+    @property
+    def answer_id(self) -> str:
+        return self.answer or self.grade_id
+
+
+# The PEP 8 rules of the style deduction: pycodestyle's defaults with a longer line and the
+# comment-spacing rules off, so that shape comments written beside code (which the course
+# asks for) are never what costs a point.
+STYLE = {"max_line_length": 120, "ignore": ["E261", "E262", "E265", "E266", "W503", "W504", "W291", "W293", "E303"]}

@@ -8,6 +8,7 @@ returns a copy, so a notebook read once can be reused by several tests.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -127,3 +128,26 @@ def text_outputs(cell) -> str:
 def errors(cell) -> list[tuple[str, str]]:
     """The ``(exception name, message)`` of each error output of a code cell."""
     return [(o.ename, strip_ansi(o.evalue)) for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def grade_class(assignment: str, course_root, submissions: dict[str, NotebookNode], *, cell_timeout: float = 30,
+                workers: int = 2) -> dict[str, dict]:
+    """Grades ``submissions`` (student -> notebook) of ``assignment`` with the real
+    ``autograder grade`` in a new course folder, and returns each student's report.
+
+    The course gets the repository's config and source; nbgrader makes the release there.
+    Every assignment has one notebook, named as in ``source/<assignment>``.
+    """
+    from autograder.cli import main
+
+    release = generate_release(assignment, course_root)
+    notebook_name = next(release.glob("*.ipynb")).name
+    root = Path(course_root)
+    for student, nb in submissions.items():
+        folder = root / "submitted" / student / assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(read(nb), folder / notebook_name)
+    status = main(["grade", assignment, "--course", str(root), "--workers", str(workers),
+                   "--cell-timeout", str(cell_timeout)])
+    assert status == 0
+    return {s: json.loads((root / "reports" / assignment / f"{s}.json").read_text()) for s in submissions}

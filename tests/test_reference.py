@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from transformer_lm import reference
+from transformer_lm import adapters, checks, reference
 from transformer_lm.reference import AttentionWeights
 
 COMBINATIONS = 60
@@ -75,21 +75,6 @@ def test_multi_head_attention_matches_nn_multihead_attention(seed):
         close(a, b)
 
 
-def copy_encoder_layer(layer: nn.TransformerEncoderLayer, block: reference.Block) -> None:
-    """Loads PyTorch's encoder layer into the reference block (the same computation)."""
-    width = layer.linear1.in_features
-    attn = block.attn
-    with torch.no_grad():
-        for i, linear in enumerate((attn.query, attn.key, attn.value)):
-            linear.weight.copy_(layer.self_attn.in_proj_weight[i * width:(i + 1) * width])
-            linear.bias.copy_(layer.self_attn.in_proj_bias[i * width:(i + 1) * width])
-        attn.proj.load_state_dict(layer.self_attn.out_proj.state_dict())
-        block.ln1.load_state_dict(layer.norm1.state_dict())
-        block.ln2.load_state_dict(layer.norm2.state_dict())
-        block.mlp[0].load_state_dict(layer.linear1.state_dict())
-        block.mlp[2].load_state_dict(layer.linear2.state_dict())
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("seed", range(6))
 def test_block_matches_transformer_encoder_layer_with_causal_mask(seed, norm_first):
@@ -100,8 +85,8 @@ def test_block_matches_transformer_encoder_layer_with_causal_mask(seed, norm_fir
     layer = nn.TransformerEncoderLayer(width, heads, ff, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     config = reference.GPTConfig(n_embd=width, n_head=heads, block_size=seq, ff_dim=ff, activation="relu",
                                  norm_first=norm_first)
-    block = reference.Block(config).double()
-    copy_encoder_layer(layer, block)
+    block = checks.randomize(reference.Block(config), torch.Generator().manual_seed(seed)).double()
+    layer.load_state_dict(adapters.encoder_layer_state(block))
     layer.eval()
     block.eval()
     x = torch.randn(batch, seq, width, dtype=torch.float64, requires_grad=True)

@@ -92,3 +92,53 @@ MULTI_HEAD_SELF_ATTENTION = AttentionAPI(
     call_kwargs=lambda c: {"return_attention": True},
     weights_layout=lambda probs, c: probs.flatten(0, 1),
 )
+
+
+# Assignment 03 (seed 002): PyTorch's own layers, whose weights students load ---------
+
+SELF_ATTENTION_HEAD = AttentionAPI(
+    # Q, K: model_dim -> qk_dim; V: model_dim -> model_dim. Cases set d_in = d_value = model_dim, d_out = qk_dim.
+    init=lambda c: {"model_dim": c.d_in, "qk_dim": c.d_out},
+    state=lambda w, c: _projections(w, ("Q", "K", "V")),
+    mask_arg="mask",
+)
+
+MULTIHEADED_SELF_ATTENTION = AttentionAPI(
+    # forward(input, attn_mask=None), the mask in F.scaled_dot_product_attention's convention.
+    init=lambda c: {"model_dim": c.d_out, "num_heads": c.num_heads},
+    mask_arg="attn_mask",
+)
+
+
+def multihead_attention_state(w: AttentionWeights) -> dict[str, torch.Tensor]:
+    """``nn.MultiheadAttention``'s state for reference weights: one ``in_proj`` for q, k, v."""
+    return {"in_proj_weight": torch.cat([w.w_query, w.w_key, w.w_value]),
+            "in_proj_bias": torch.cat([w.b_query, w.b_key, w.b_value]),
+            "out_proj.weight": w.w_out, "out_proj.bias": w.b_out}
+
+
+def encoder_layer_state(block) -> dict[str, torch.Tensor]:
+    """``nn.TransformerEncoderLayer``'s state for a reference :class:`~transformer_lm.reference.Block`
+    (the same computation: self-attention, feed-forward, two LayerNorms)."""
+    attn = block.attn
+    return {
+        **{f"self_attn.{k}": v for k, v in multihead_attention_state(attn.attention_weights()).items()},
+        "linear1.weight": block.mlp[0].weight, "linear1.bias": block.mlp[0].bias,
+        "linear2.weight": block.mlp[2].weight, "linear2.bias": block.mlp[2].bias,
+        "norm1.weight": block.ln1.weight, "norm1.bias": block.ln1.bias,
+        "norm2.weight": block.ln2.weight, "norm2.bias": block.ln2.bias,
+    }
+
+
+# Assignment 04 (seed 000): minGPT ---------------------------------------------------------
+
+def mingpt_config(case: AttentionCase) -> dict:
+    """minGPT's config (as a dict; the probe makes it an object) for an attention case."""
+    return {"n_embd": case.d_out, "n_head": case.num_heads, "block_size": _context(case), "vocab_size": 11,
+            "n_layer": 1, "attn_pdrop": case.dropout, "resid_pdrop": case.dropout}
+
+
+MINGPT_ATTENTION = AttentionAPI(
+    init=lambda c: {"config": mingpt_config(c)},
+    state=lambda w, c: {**_projections(w, ("query", "key", "value")), **_linear("proj", w.w_out, w.b_out)},
+)

@@ -168,6 +168,11 @@ class AttentionCase:
     mask: str | None = None  # None, "bool" (True = may attend) or "float" (added to the scores)
     dropout: float = 0.0
     context_length: int | None = None  # room for longer sequences than seq, where the class has a mask buffer
+    d_value: int | None = None  # width of the values (and outputs) when it differs from d_out (queries, keys)
+
+    @property
+    def out_width(self) -> int:
+        return self.d_value or self.d_out
 
     @property
     def features(self) -> frozenset[str]:
@@ -187,7 +192,7 @@ class AttentionAPI:
     """
 
     init: Callable[[AttentionCase], dict]
-    state: Callable[[AttentionWeights, AttentionCase], dict[str, torch.Tensor]]
+    state: Callable[[AttentionWeights, AttentionCase], dict[str, torch.Tensor]] | None = None
     call_kwargs: Callable[[AttentionCase], dict] = lambda case: {}
     mask_arg: str | None = None
     weights_layout: Callable[[torch.Tensor, AttentionCase], torch.Tensor] | None = None
@@ -209,15 +214,15 @@ def make_case_tensors(case: AttentionCase, generator: torch.Generator) -> CaseTe
     def randn(*shape):
         return torch.randn(*shape, generator=generator) / math.sqrt(shape[-1] if len(shape) > 1 else 1)
 
-    d_in, d_out = case.d_in, case.d_out
+    d_in, d_out, d_v = case.d_in, case.d_out, case.out_width
     weights = AttentionWeights(
-        randn(d_out, d_in), randn(d_out, d_in), randn(d_out, d_in),
-        *((randn(d_out), randn(d_out), randn(d_out)) if case.bias else (None, None, None)),
-        *((randn(d_out, d_out), randn(d_out)) if case.out_proj else (None, None)),
+        randn(d_out, d_in), randn(d_out, d_in), randn(d_v, d_in),
+        *((randn(d_out), randn(d_out), randn(d_v)) if case.bias else (None, None, None)),
+        *((randn(d_v, d_v), randn(d_v)) if case.out_proj else (None, None)),
     )
     lead = () if case.batch is None else (case.batch,)
     x = torch.randn(*lead, case.seq, d_in, generator=generator)
-    grad_output = torch.randn(*lead, case.seq, d_out, generator=generator)
+    grad_output = torch.randn(*lead, case.seq, d_v, generator=generator)
     mask = None
     if case.mask is not None:
         keep = torch.rand(case.seq, case.seq, generator=generator) < 0.7
@@ -319,6 +324,25 @@ def check_not_used(obj, forbidden: tuple[str, ...]) -> None:
                           f"and the grader gives no points for an answer that calls it.")
 
 
+def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]]) -> Verdict:
+    """Compares a module's parameters (name -> shape) with the expected ones."""
+    missing = [n for n in expected if n not in got]
+    if missing:
+        have = ", ".join(f"{n} {tuple(s)}" for n, s in got.items()) or "no parameters"
+        return Verdict("failed", f"{name} has no parameter {', '.join(missing)}. It has: {have}.")
+    wrong = [f"{n} is {tuple(got[n])}, expected {tuple(shape)}" for n, shape in expected.items()
+             if tuple(got[n]) != tuple(shape)]
+    if wrong:
+        return Verdict("failed", f"{name}: " + "; ".join(wrong) + ". nn.Linear(in, out) stores its weight as (out, in).")
+    return Verdict("passed", f"{name} has the expected layers: " + ", ".join(expected) + ".")
+
+
+def check_parameters(cls, init: dict, expected: dict[str, tuple[int, ...]]) -> Verdict:
+    """Visible check of an ``__init__``: the parameters' names and shapes."""
+    got = call_student(cls.__name__, probes.parameter_shapes, cls, init)
+    return _report(cls.__name__, judge_parameters(cls.__name__, got, expected))
+
+
 def _report(name: str, verdict: Verdict) -> Verdict:
     verdict.raise_if_failed()
     print(f"{name}: {verdict.message}")
@@ -344,6 +368,20 @@ def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: 
         output.backward(grad_output)
         expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
     return expected
+
+
+def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """Each revealable mistake's output for an attention *function* called on ``inputs``
+    (``q, k, v`` and an optional mask, in that order)."""
+    q, k, v, *rest = inputs.values()
+    mask = rest[0] if rest else None
+    features = {"mask"} if mask is not None and mask.dtype == torch.bool else set()
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(features):
+            with torch.no_grad():
+                candidates[mistake] = {"output": catalog.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
+    return candidates
 
 
 def check_function(fn, expected_fn, inputs: dict[str, torch.Tensor], *, grad_output: torch.Tensor | None = None,
@@ -373,6 +411,149 @@ def check_transfer(fn, source_cls, source_api: AttentionAPI, target_cls, target_
     arguments, expected = transfer_records(source_api, target_api, case, tensors)
     got = call_student(fn.__name__, probes.probe_transfer, fn, source_cls, target_cls=target_cls, **arguments)
     return _report(fn.__name__, judge(got, expected))
+
+
+# --------------------------------------------------------------------------------------
+# Classes that load PyTorch's own layers, whole modules, generation
+# --------------------------------------------------------------------------------------
+
+
+def multihead_load_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """For a class whose ``load_from_torch`` copies an ``nn.MultiheadAttention``: the probe's
+    arguments and the expected record (the reference with the same weights)."""
+    from transformer_lm import adapters
+
+    x = tensors.x.clone().requires_grad_(True)
+    output, _ = _reference_forward(case, tensors.weights, x, tensors.mask)
+    output.backward(tensors.grad_output)
+    inputs = {"x": tensors.x}
+    if api.mask_arg is not None and tensors.mask is not None:
+        inputs[api.mask_arg] = tensors.mask
+    arguments = {"init": api.init(case), "torch_module": "MultiheadAttention",
+                 "torch_init": {"embed_dim": case.d_out, "num_heads": case.num_heads, "batch_first": True},
+                 "torch_state": adapters.multihead_attention_state(tensors.weights), "inputs": inputs,
+                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output}
+    return arguments, {"output": output.detach(), "grad.x": x.grad}
+
+
+def randomize(module: torch.nn.Module, generator: torch.Generator, scale: float = 0.3) -> torch.nn.Module:
+    """Draws every parameter of ``module`` from ``generator``, so tests see weights that no
+    initialisation scheme would give (LayerNorm's weights included)."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+    return module
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """The sizes of one transformer block test (``nn.TransformerEncoderLayer``'s names)."""
+
+    batch: int
+    seq: int
+    model_dim: int
+    num_heads: int
+    ff_dim: int
+    norm_first: bool = False
+    activation: str = "relu"
+
+    def config(self) -> reference.GPTConfig:
+        return reference.GPTConfig(n_embd=self.model_dim, n_head=self.num_heads, block_size=self.seq,
+                                   ff_dim=self.ff_dim, activation=self.activation, norm_first=self.norm_first)
+
+
+def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator):
+    """For a decoder layer whose ``load_from_torch`` copies an ``nn.TransformerEncoderLayer``
+    (run with a causal mask): the probe's arguments and the expected record."""
+    from transformer_lm import adapters
+
+    block = randomize(reference.Block(case.config()), generator).eval()
+    x = torch.randn(case.batch, case.seq, case.model_dim, generator=generator)
+    grad_output = torch.randn(x.shape, generator=generator)
+    leaf = x.clone().requires_grad_(True)
+    output, _ = block(leaf)
+    output.backward(grad_output)
+    torch_init = {"d_model": case.model_dim, "nhead": case.num_heads, "dim_feedforward": case.ff_dim,
+                  "dropout": 0.0, "batch_first": True, "norm_first": case.norm_first, "activation": case.activation}
+    state = {k: v.detach().clone() for k, v in adapters.encoder_layer_state(block).items()}
+    arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
+                 "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output}
+    return arguments, {"output": output.detach(), "grad.x": leaf.grad}
+
+
+def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator):
+    """Probe arguments (the reference module's parameters by name, the inputs, a random
+    upstream gradient) and the expected record (first output, input and parameter
+    gradients) for a student's class with the same parameter names as ``module``."""
+    module.eval()
+    module.zero_grad(set_to_none=True)
+    leaves = {k: v.clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    result = module(*leaves.values())
+    output = result[0] if isinstance(result, tuple) else result
+    grad_output = torch.randn(output.shape, generator=generator)
+    output.backward(grad_output)
+    expected = {"output": output.detach()}
+    expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
+    expected.update({f"grad.{n}": p.grad for n, p in module.named_parameters()})
+    state = {n: p.detach().clone() for n, p in module.named_parameters()}
+    return {"state": state, "inputs": inputs, "grad_output": grad_output}, expected
+
+
+def generate_records(config: reference.GPTConfig, generator: torch.Generator, batch: int, prompt: int,
+                     max_new_tokens: int):
+    """A reference GPT's weights, a prompt, and its greedy continuation (``top_k=1``)."""
+    model = randomize(reference.GPT(config), generator, scale=0.5).eval()
+    idx = torch.randint(config.vocab_size, (batch, prompt), generator=generator)
+    expected = {"output": model.generate(idx, max_new_tokens, top_k=1)}
+    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return state, idx, expected
+
+
+def check_attention_function(fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
+                             forbids: tuple[str, ...] = ()) -> Verdict:
+    """Visible check of an attention function ``fn(q, k, v[, mask])`` against the reference,
+    naming the catalogued mistakes it matches."""
+    def expected(q, k, v, mask=None):
+        return reference.scaled_dot_product_attention(q, k, v, mask).output
+    return check_function(fn, expected, inputs, grad_output=grad_output,
+                          candidates=attention_function_candidates(inputs), forbids=forbids)
+
+
+def check_multihead_load(cls, api: AttentionAPI, case: AttentionCase, seed: int = 0) -> Verdict:
+    """Visible check of ``cls(...).load_from_torch(nn.MultiheadAttention)`` and its forward."""
+    tensors = make_case_tensors(case, torch.Generator().manual_seed(seed))
+    arguments, expected = multihead_load_records(api, case, tensors)
+    got = call_student(cls.__name__, probes.probe_load_from_torch, cls, **arguments)
+    return _report(cls.__name__, judge(got, expected))
+
+
+def check_decoder_load(cls, init: dict, case: BlockCase, seed: int = 0) -> Verdict:
+    """Visible check of ``cls(**init).load_from_torch(nn.TransformerEncoderLayer)`` and its forward."""
+    arguments, expected = decoder_load_records(init, case, torch.Generator().manual_seed(seed))
+    got = call_student(cls.__name__, probes.probe_load_from_torch, cls, **arguments)
+    return _report(cls.__name__, judge(got, expected))
+
+
+def check_module(cls, init: dict, reference_module: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                 seed: int = 0) -> Verdict:
+    """Visible check of a class with the same parameter names as ``reference_module``: the
+    reference's (randomized) weights are loaded into it; outputs and gradients must match."""
+    generator = torch.Generator().manual_seed(seed)
+    arguments, expected = module_case(randomize(reference_module, generator), inputs, generator)
+    got = call_student(cls.__name__, probes.probe_module, cls, init, **arguments)
+    return _report(cls.__name__, judge(got, expected))
+
+
+def check_generate(cls, config: reference.GPTConfig, *, batch: int = 2, prompt: int = 3, max_new_tokens: int = 6,
+                   seed: int = 0, **call_kwargs) -> Verdict:
+    """Visible check of ``generate``: greedy tokens (``top_k=1``) equal the reference's."""
+    from dataclasses import asdict
+
+    state, idx, expected = generate_records(config, torch.Generator().manual_seed(seed), batch, prompt,
+                                            max_new_tokens)
+    got = call_student(f"{cls.__name__}.generate", probes.probe_generate, cls, {"config": asdict(config)}, state, idx,
+                       max_new_tokens, {"top_k": 1, **call_kwargs})
+    return _report(f"{cls.__name__}.generate", judge(got, expected))
 
 
 # --------------------------------------------------------------------------------------

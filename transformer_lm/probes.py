@@ -13,7 +13,13 @@ dropout left on in eval mode) and ``grad.<input or parameter name>``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
+
+# PyTorch's own modules that a student's class may be asked to copy its weights from.
+TORCH_MODULES = {"MultiheadAttention": torch.nn.MultiheadAttention,
+                 "TransformerEncoderLayer": torch.nn.TransformerEncoderLayer}
 
 
 class ProbeError(Exception):
@@ -81,24 +87,68 @@ def _record_call(call, tensors: dict[str, torch.Tensor], parameters: dict[str, t
     return record
 
 
-def probe_module(cls, init: dict, state: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
-                 call_kwargs: dict | None = None, grad_output: torch.Tensor | None = None,
-                 repeat: bool = False) -> dict[str, torch.Tensor]:
-    """Builds ``cls(**init)``, loads ``state``, switches to eval mode and calls it on
-    ``inputs`` (passed by keyword, in order) and ``call_kwargs``."""
-    torch.manual_seed(0)
+def build(cls, init: dict) -> torch.nn.Module:
+    """``cls(**init)`` as an ``nn.Module``; a dict under ``config`` becomes an object with
+    attributes, as minGPT's classes take their sizes (``config.n_embd``)."""
+    init = {k: SimpleNamespace(**v) if k == "config" and isinstance(v, dict) else v for k, v in init.items()}
     module = cls(**init)
     if not isinstance(module, torch.nn.Module):
         raise ProbeError(f"{getattr(cls, '__name__', cls)} is not an nn.Module")
-    load_parameters(module, state)
-    module.eval()
-    module.zero_grad(set_to_none=True)
+    return module
+
+
+def _call_in_order(module, inputs: dict, call_kwargs: dict | None):
     names = list(inputs)
 
     def call(**tensors):
         return module(*(tensors[n] for n in names), **(call_kwargs or {}))
+    return call
 
-    return _record_call(call, inputs, dict(module.named_parameters()), grad_output, repeat)
+
+def probe_module(cls, init: dict, state: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
+                 call_kwargs: dict | None = None, grad_output: torch.Tensor | None = None,
+                 repeat: bool = False) -> dict[str, torch.Tensor]:
+    """Builds ``cls(**init)``, loads ``state``, switches to eval mode and calls it on
+    ``inputs`` (passed by position, in order) and ``call_kwargs``."""
+    torch.manual_seed(0)
+    module = build(cls, init)
+    load_parameters(module, state)
+    module.eval()
+    module.zero_grad(set_to_none=True)
+    return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, dict(module.named_parameters()),
+                        grad_output, repeat)
+
+
+def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, torch_state: dict[str, torch.Tensor],
+                          inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
+                          grad_output: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Builds PyTorch's ``torch_module`` with ``torch_state``, lets the student's
+    ``cls(**init).load_from_torch(it)`` copy its weights, and records the student's module
+    in eval mode (output and input gradients: its parameter names are the student's own)."""
+    torch.manual_seed(0)
+    theirs = TORCH_MODULES[torch_module](**torch_init)
+    theirs.load_state_dict(torch_state)
+    theirs.eval()
+    module = build(cls, init)
+    if not callable(getattr(module, "load_from_torch", None)):
+        raise ProbeError(f"{type(module).__name__} has no method load_from_torch")
+    with torch.no_grad():
+        module.load_from_torch(theirs)
+    module.eval()
+    return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, {}, grad_output, repeat=False)
+
+
+def probe_generate(cls, init: dict, state: dict[str, torch.Tensor], idx: torch.Tensor, max_new_tokens: int,
+                   call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+    """Builds the student's model with ``state``, in eval mode, and records
+    ``generate(idx, max_new_tokens, **call_kwargs)`` as ``output``."""
+    torch.manual_seed(0)
+    model = build(cls, init)
+    load_parameters(model, state)
+    model.eval()
+    with torch.no_grad():
+        tokens = model.generate(idx.clone(), max_new_tokens, **(call_kwargs or {}))
+    return {"output": plain(tokens)}
 
 
 def probe_function(fn, inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
@@ -116,10 +166,10 @@ def probe_transfer(fn, source_cls, source_init: dict, source_state: dict[str, to
                    target_cls, target_init: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
     """Calls ``fn(source, target)`` (a weight transfer), then records ``target(x)``."""
     torch.manual_seed(0)
-    source = source_cls(**source_init)
+    source = build(source_cls, source_init)
     load_parameters(source, source_state)
     torch.manual_seed(1)
-    target = target_cls(**target_init)
+    target = build(target_cls, target_init)
     fn(source, target)
     with torch.no_grad():
         return {"output": plain(_split_result(target(x))[0])}
@@ -141,16 +191,15 @@ def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
     """The names and shapes of the parameters of ``cls(**init)``."""
-    module = cls(**init)
-    if not isinstance(module, torch.nn.Module):
-        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not an nn.Module")
-    return {name: list(p.shape) for name, p in module.named_parameters()}
+    return {name: list(p.shape) for name, p in build(cls, init).named_parameters()}
 
 
 def raised_exception(cls, init: dict) -> str | None:
     """The name of the exception that ``cls(**init)`` raises, or None."""
     try:
-        cls(**init)
+        build(cls, init)
+    except ProbeError:
+        return None
     except Exception as error:  # noqa: BLE001 - any exception is a result here
         return type(error).__name__
     return None
