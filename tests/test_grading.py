@@ -121,6 +121,10 @@ def course(tmp_path_factory):
                                "    f.write('\\nc.Autograde.autograde_preprocessors = []\\n')\n", "causal_attention"),
         "snoop": add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors", CONTEXT_IF_NET),
                           snooping_cell(root), "softmax_stable"),
+        "uses_reference": replace(good, "context_vectors",
+                                  "from transformer_lm.reference import masked_softmax\n\n\n"
+                                  "def context_vectors(inputs):\n"
+                                  "    return masked_softmax(inputs @ inputs.T) @ inputs\n"),
         "snoop_control": add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
                                           CONTEXT_IF_NET), "FOUND, NET = ['forced'], True\n", "softmax_stable"),
     }
@@ -184,6 +188,11 @@ def test_a_snooping_submission_finds_nothing_and_has_no_network(course):
     assert snoop["context_vectors"]["status"] == "failed", snoop["context_vectors"]  # NET was False
     control = items(course, "snoop_control")
     assert control["softmax_stable"]["status"] == control["context_vectors"]["status"] == "passed"
+
+
+def test_the_reference_is_not_importable_in_the_sandbox(course):
+    item = items(course, "uses_reference")["context_vectors"]
+    assert item["status"] == "error" and "No module named 'transformer_lm.reference'" in item["message"], item
 
 
 def test_faults_end_on_their_own_item_and_the_rest_is_graded(course):
