@@ -65,7 +65,7 @@ def grade(args) -> int:
                                                  isolation, progress=lambda student: bar.update())
     for result, pres in graded:
         grading.write_report(course, result)
-        record.write_autograded(course, result, pres)
+        record.write_autograded(course, result, pres, assignment.release)
         record.record_in_gradebook(course, result, pres)
         answers = {nb: feedback.answers_of(pre.notebook["cells"]) for nb, pre in pres.items() if pre.notebook}
         feedback.write_feedback(course, result, answers)
@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=demo_command)
 
     args = parser.parse_args(argv)
+    from autograder.record import nbgrader_env
+
+    os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook needs alembic from this environment
     return args.run(args)
 
 

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder.record import nbgrader_env
+
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "01_attention_basics"
 NOTEBOOK = "attention_basics.ipynb"
@@ -42,11 +44,6 @@ class CausalAttention(nn.Module):
 '''
 
 
-def nbgrader_env() -> dict[str, str]:
-    """nbgrader runs ``alembic`` as a subprocess: the environment's bin must be on PATH."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-
-
 def _with_answer(notebook: dict, grade_id: str, change) -> dict:
     nb = copy.deepcopy(notebook)
     for cell in nb["cells"]:
@@ -55,12 +52,17 @@ def _with_answer(notebook: dict, grade_id: str, change) -> dict:
     return nb
 
 
-def build_course(root: Path) -> None:
-    """A course folder with the assignment's source, its release, and four submissions."""
+def make_course(root: Path, assignment: str = ASSIGNMENT) -> None:
+    """A course folder with the course's config, the assignment's source and its release."""
     shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(REPO / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"], cwd=root,
+    shutil.copytree(REPO / "source" / assignment, root / "source" / assignment)
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"], cwd=root,
                    env=nbgrader_env(), check=True, capture_output=True)
+
+
+def build_course(root: Path) -> None:
+    """The demo's course folder: the assignment's source, its release, and four submissions."""
+    make_course(root)
     solution = json.loads((root / "source" / ASSIGNMENT / NOTEBOOK).read_text())
     blank = json.loads((root / "release" / ASSIGNMENT / NOTEBOOK).read_text())
     students = {

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import secrets
 import tempfile
+import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,12 +36,24 @@ class _StyleCollector(pycodestyle.BaseReport):
     def __init__(self, options):
         super().__init__(options)
         self.problems: list[str] = []
+        self.max_line_length = options.max_line_length
 
     def error(self, line_number, offset, text, check):
+        if text.startswith("E501") and self._code_fits(line_number):
+            return None
         code = super().error(line_number, offset, text, check)
         if code:
             self.problems.append(f"line {line_number}: {text}")
         return code
+
+    def _code_fits(self, line_number) -> bool:
+        """A long line whose code fits and whose length is a trailing comment (the shape
+        comments the course asks for) is not a PEP 8 problem here."""
+        line = self.lines[line_number - 1]
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.type == tokenize.COMMENT:
+                return len(line[:token.start[1]].rstrip()) <= self.max_line_length
+        return False
 
 
 @dataclass

@@ -26,7 +26,7 @@ class TrustedGrading(Preprocessor):
     enabled = Bool(True, help="nbconvert skips preprocessors that are not enabled: this one must run.")
 
     def preprocess(self, nb, resources):
-        from autograder import grading, runner, sandbox
+        from autograder import grading, record, runner, sandbox
 
         info = resources.get("nbgrader", {})
         assignment_name, student, notebook = info.get("assignment"), info.get("student"), info.get("notebook")
@@ -40,6 +40,7 @@ class TrustedGrading(Preprocessor):
         library = runner.sandbox_library(course.root / ".grading" / "lib")
         items, _ = grading.grade_notebook(assignment, notebook, path if path.exists() else None,
                                           runner.RunSettings(), isolation, library)
+        record.neutralize_student_markdown(nb.cells, assignment.release[notebook])
         verdicts = {f"{item.grade_id}_test": item for item in items}
         for cell in nb.cells:
             item = verdicts.get(cell.metadata.get("nbgrader", {}).get("grade_id"))

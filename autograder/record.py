@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import os
+import re
 import subprocess
 import sys
 import warnings
@@ -31,6 +33,14 @@ def gradebook(course: Course) -> Gradebook:
     return Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", course_id=COURSE_ID)
 
 
+def nbgrader_env() -> dict[str, str]:
+    """nbgrader runs ``alembic`` as a subprocess (also when it creates a gradebook): the
+    environment's bin must be on PATH, even when the environment is not activated."""
+    path = os.environ.get("PATH", "")
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": path if bin_dir in path.split(os.pathsep) else f"{bin_dir}{os.pathsep}{path}"}
+
+
 def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
     """nbgrader learns an assignment's graded cells when it generates the release; do that
     once if the gradebook does not know the assignment yet."""
@@ -41,9 +51,45 @@ def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
         except MissingEntry:
             pass
     done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
-                          cwd=course.root, capture_output=True, text=True)
+                          cwd=course.root, env=nbgrader_env(), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+LINK_TARGET = re.compile(r"(\]\(\s*<?\s*|^\s*\[[^\]]*\]:\s*)([^\s)>]+)", re.MULTILINE)
+SAFE_SCHEMES = ("http:", "https:", "mailto:")
+
+
+def safe_markdown(source: str) -> str:
+    """Student markdown that renders as text and links, never as active content.
+
+    nbgrader's feedback and formgrader templates turn markdown into HTML without a
+    sanitizer, so this happens to the notebook itself: raw HTML is escaped (it shows as
+    text; LaTeX still renders), and a link whose target has a scheme other than http(s)
+    or mailto (``javascript:``, ``data:``) points nowhere.
+    """
+    text = source.replace("<", "&lt;").replace(">", "&gt;")
+
+    def link(match):
+        target = match.group(2)
+        has_scheme = re.match(r"[A-Za-z][\w+.-]*:", target)
+        return match.group(1) + (target if not has_scheme or target.lower().startswith(SAFE_SCHEMES) else "#blocked")
+
+    return LINK_TARGET.sub(link, text)
+
+
+def neutralize_student_markdown(cells: list[dict], release_cells: list[dict]) -> None:
+    """Applies :func:`safe_markdown` to every markdown cell that is not a release cell as
+    released (so the student wrote or changed it), and drops its attachments."""
+    released = {"".join(c["source"]) if isinstance(c.get("source"), list) else c.get("source", "")
+                for c in release_cells if c.get("cell_type") == "markdown"}
+    for cell in cells:
+        if cell.get("cell_type") != "markdown":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else cell.get("source", "")
+        if source not in released:
+            cell["source"] = safe_markdown(source)
+            cell.pop("attachments", None)
 
 
 def _message(item) -> str:
@@ -79,13 +125,16 @@ def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str
                     grade.auto_score, grade.needs_manual_grade = None, True
             for comment in submission.comments:
                 found = by_answer.get((notebook, comment.name))
-                comment.auto_comment = "\n".join(_message(i) for i in found) if found else None
+                # nbgrader renders comments as markdown without a sanitizer; messages can quote student code.
+                comment.auto_comment = safe_markdown("\n".join(_message(i) for i in found)) if found else None
         gb.db.commit()
 
 
-def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, Preflight]) -> None:
+def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, Preflight],
+                     release: dict[str, list[dict]]) -> None:
     """``autograded/<student>/<assignment>/<notebook>.ipynb``: the repaired notebook, each
-    visible test cell showing the grader's result as plain text (what formgrader displays)."""
+    visible test cell showing the grader's result as plain text (what formgrader displays),
+    and the student's markdown made inert (:func:`safe_markdown`)."""
     folder = course.root / "autograded" / result.student / result.assignment
     folder.mkdir(parents=True, exist_ok=True)
     by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
@@ -93,8 +142,13 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
         if pre.notebook is None:
             continue
         nb = copy.deepcopy(pre.notebook)
+        neutralize_student_markdown(nb["cells"], release[notebook])
+        seen = set()
         for index, cell in enumerate(nb["cells"]):
-            cell.setdefault("id", f"cell-{index}")  # nbformat 4.5 wants ids; old or hand-made notebooks lack them
+            # nbformat 4.5 wants unique ids; old or hand-made notebooks lack them, restored cells may repeat them
+            if not cell.get("id") or cell["id"] in seen:
+                cell["id"] = f"cell-{index}"
+            seen.add(cell["id"])
             if cell.get("cell_type") == "code":
                 cell["outputs"], cell["execution_count"] = [], None
             item = by_test.get((notebook, cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")))

@@ -288,5 +288,6 @@ class Item:
 
 # The PEP 8 rules of the style deduction: pycodestyle's defaults with a longer line and the
 # comment-spacing rules off, so that shape comments written beside code (which the course
-# asks for) are never what costs a point.
+# asks for) are never what costs a point; a line too long only because of its trailing
+# comment is not counted either (autograder.grading.style_problems).
 STYLE = {"max_line_length": 120, "ignore": ["E261", "E262", "E265", "E266", "W503", "W504", "W291", "W293", "E303"]}

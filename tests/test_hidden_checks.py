@@ -27,7 +27,7 @@ def test_items_match_answer_and_test_cells_and_their_points(assignment):
     items = load_items(assignment)
     assert items, f"{assignment} has no hidden checks"
     for item in items:
-        assert cells[item.grade_id]["solution"], f"{item.grade_id} is not an answer cell"
+        assert cells[item.answer_id]["solution"], f"{item.answer_id} is not an answer cell"
         test = cells[item.test_id]
         assert test["grade"] and not test["solution"], f"{item.test_id} is not a test cell"
         assert test["points"] == item.points, f"{item.grade_id}: {item.points} points hidden, {test['points']} shown"

@@ -19,6 +19,7 @@ import ast
 import inspect
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -133,12 +134,15 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     """Compares a probe's record with the expected one: output, then weights, then gradients.
     ``values=False`` keeps expected values out of the message (for hidden checks)."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
+    # A mistake that gives the right output here cannot be what went wrong.
+    candidates = {m: r for m, r in (candidates or {}).items()
+                  if "output" not in r or difference("output", r["output"], expected["output"], rtol, atol)}
     for key in order:
         if key not in got:
             return Verdict("failed", f"{key} was not produced.")
         problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol, values)
         if problem:
-            return Verdict("failed", problem, identify_mistake(got, candidates or {}, rtol, atol))
+            return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
     if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
         return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
                        catalog.BY_NAME["dropout_in_eval"])
@@ -315,7 +319,7 @@ def check_not_used(obj, forbidden: tuple[str, ...]) -> None:
     """Raises :class:`CheckFailed` when the source of ``obj`` mentions a forbidden name
     (the library version of what the exercise asks you to write)."""
     try:
-        source = inspect.getsource(obj)
+        source = textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
     except (OSError, TypeError):
         return
     used = sorted(set(forbidden) & mentioned_names(source))

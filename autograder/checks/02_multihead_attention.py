@@ -1,0 +1,69 @@
+"""Hidden checks of assignment 02 (self-attention and multi-head attention, seed 003).
+
+The notebook's public values use 3 sequences of 5 tokens, input_size 7, hidden 9 and 3 heads;
+these use other sizes: single-token sequences, a batch of one, one head and many, hidden
+equal to input_size and not. Every attention check compares the output, the gradients of the
+input and of every layer and, for ``MultiHeadSelfAttention``, the probabilities it returns in
+the ``(batch * num_heads, seq, seq)`` layout (the adapter's ``weights_layout``). Inputs come
+from the course's secret seed.
+
+Three items grade the one ``MultiHeadSelfAttention`` answer cell: the scores (no mask), the
+causal mask, and the output with dropout in eval mode plus the ``ValueError``. The PEP 8
+deduction of each task comes off its first ``forward`` item: ``self_attention_forward`` and
+``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
+"""
+
+from autograder.spec import AttentionCheck, Item, ParametersCheck, RaisesCheck
+from transformer_lm import adapters
+from transformer_lm.checks import AttentionCase
+
+LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
+                     "torch.nn.functional.multi_head_attention_forward")
+
+SA = adapters.SELF_ATTENTION
+MHA = adapters.MULTI_HEAD_SELF_ATTENTION
+
+
+def linear_layers(names, input_size, hidden):
+    """The parameter shapes of ``nn.Linear(input_size, hidden)`` layers with biases."""
+    shapes = {}
+    for name in names:
+        shapes.update({f"{name}.weight": (hidden, input_size), f"{name}.bias": (hidden,)})
+    return shapes
+
+
+def mha(batch, seq, d_in, hidden, num_heads, **switches):
+    """A ``MultiHeadSelfAttention`` case: ``mix`` is the output projection."""
+    return AttentionCheck("MultiHeadSelfAttention", MHA,
+                          AttentionCase(batch, seq, d_in, hidden, num_heads=num_heads, out_proj=True, **switches))
+
+
+ITEMS = [
+    Item("self_attention_init", 1, (
+        ParametersCheck("SelfAttention", {"input_size": 5, "hidden": 12}, linear_layers("qkv", 5, 12)),
+        ParametersCheck("SelfAttention", {"input_size": 16, "hidden": 4}, linear_layers("qkv", 16, 4)),
+    ), forbids=LIBRARY_ATTENTION, answer="self_attention"),
+    Item("self_attention_forward", 3, (
+        AttentionCheck("SelfAttention", SA, AttentionCase(4, 6, 5, 8)),
+        AttentionCheck("SelfAttention", SA, AttentionCase(3, 1, 4, 6)),    # a single token
+        AttentionCheck("SelfAttention", SA, AttentionCase(1, 9, 6, 6)),    # a batch of one, hidden == input_size
+        AttentionCheck("SelfAttention", SA, AttentionCase(2, 4, 3, 32)),   # wide: unscaled scores saturate
+    ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1),
+    Item("mha_scores", 3, (
+        mha(2, 6, 5, 8, 4),
+        mha(3, 4, 6, 6, 1),     # one head: head_size == hidden
+        mha(2, 1, 3, 6, 3),     # a single token
+        mha(1, 7, 4, 12, 6),    # a batch of one, many small heads
+    ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention", style_deduction=1),
+    Item("mha_causal_mask", 1, (
+        mha(2, 6, 5, 8, 2, causal=True),
+        mha(3, 1, 4, 6, 3, causal=True),    # a single token sees only itself
+        mha(1, 7, 3, 4, 1, causal=True),
+    ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
+    Item("mha_output", 2, (
+        mha(2, 5, 4, 6, 3, dropout=0.5),               # eval mode: dropout must change nothing
+        mha(2, 6, 3, 8, 2, causal=True, dropout=0.5),
+        RaisesCheck("MultiHeadSelfAttention", {"input_size": 4, "hidden": 10, "num_heads": 4}),
+        RaisesCheck("MultiHeadSelfAttention", {"input_size": 3, "hidden": 6, "num_heads": 4, "causal": True}),
+    ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
+]

@@ -1,0 +1,36 @@
+"""Shared fixtures: one hostile class of assignment 01, graded once per test session."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+import hostile_class
+from autograder import demo, sandbox
+from autograder.cli import main
+
+CELL_TIMEOUT = "5"
+
+
+def fingerprint(paths):
+    return {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """The course folder, its cases by student, and the hashes of files no submission may change
+    (the gradebook changes by grading; tests read its contents instead)."""
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    root = tmp_path_factory.mktemp("hostile")
+    demo.make_course(root, hostile_class.A)
+    cases = hostile_class.cases(root)
+    hostile_class.write_submissions(root, cases)
+    (root / ".grading").mkdir(exist_ok=True)
+    main(["grade", hostile_class.A, "--course", str(root), "--workers", "1", "--student", "ada_solution",
+          "--cell-timeout", CELL_TIMEOUT])  # makes the gradebook and the secret, so their hashes can be taken
+    before = fingerprint([root / "nbgrader_config.py", root / "source" / hostile_class.A / hostile_class.NB,
+                          root / "submitted" / "ada_solution" / hostile_class.A / hostile_class.NB,
+                          root / ".grading" / "secret"])
+    assert main(["grade", hostile_class.A, "--course", str(root), "--workers", "2", "--cell-timeout", CELL_TIMEOUT]) == 0
+    return root, {case.student: case for case in cases}, before

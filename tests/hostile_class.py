@@ -1,0 +1,303 @@
+"""A class of assignment 01 built to break the grader: honest work, mistakes, attacks, faults
+and malformed notebooks, each with the outcome it must get.
+
+Attacks sit on top of a wrong answer (``WRONG_CAUSAL``), so any point beyond the honest
+score of that wrong answer would be a point stolen. Faults sit on top of the solution, so
+the items that do not depend on the broken cell must still be graded in full.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import autograder
+from autograder import demo
+
+A = demo.ASSIGNMENT
+NB = demo.NOTEBOOK
+REPO = Path(autograder.__file__).resolve().parent.parent
+ITEMS = ["softmax_stable", "context_vectors", "self_attention_v1", "self_attention_v2", "transfer_weights",
+         "causal_attention", "multihead_wrapper", "two_dim_wrapper", "multihead_attention"]
+FAILING = {"failed", "error"}
+
+WRONG_CAUSAL = '''class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        return self.W_value(x)  # wrong: no attention at all
+'''
+# What WRONG_CAUSAL honestly earns: CausalAttention and the wrapper built on it fail.
+WRONG_CAUSAL_SCORE = 8
+
+SUBCLASS = '''class Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.equal, torch.Tensor.__eq__, torch.isclose):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+''' + WRONG_CAUSAL.replace("return self.W_value(x)  # wrong: no attention at all",
+                           "return self.W_value(x).as_subclass(Liar)")
+
+EQ_TRICK = WRONG_CAUSAL.replace("return self.W_value(x)  # wrong: no attention at all", '''class Anything:
+            shape = x.shape[:-1] + (self.W_value.out_features,)
+
+            def __eq__(self, other):
+                return True
+        return Anything()''')
+
+HARDCODED_V1 = '''class SelfAttention_v1(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        # the values printed in the notebook, whatever the input
+        return torch.tensor([[0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203],
+                             [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040]], requires_grad=True)
+'''
+
+# Correct only when the snooping found something: a failed item proves it found nothing.
+SOFTMAX_IF_FOUND = '''def softmax_stable(x):
+    e = (x - x.max(dim=-1, keepdim=True).values).exp()
+    return e / e.sum(dim=-1, keepdim=True) if FOUND else e * 0
+'''
+CONTEXT_IF_NET = '''def context_vectors(inputs):
+    scores = inputs @ inputs.T
+    e = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+    return (e / e.sum(dim=-1, keepdim=True)) @ inputs if NET else inputs * 0
+'''
+SLOW_SOFTMAX = '''import time
+
+
+def softmax_stable(x):
+    time.sleep({seconds})
+    shifted = x - x.amax(dim=-1, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+'''
+WARNING_SOFTMAX = '''import warnings
+
+
+def softmax_stable(x):
+    warnings.warn("a harmless warning on stderr", UserWarning)
+    _ = torch.tensor(x)  # torch's own UserWarning (copy-constructing from a tensor), result unused
+    shifted = x - x.amax(dim=-1, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+'''
+NAN_SOFTMAX = '''def softmax_stable(x):
+    return x * float("nan")
+'''
+BACKGROUND = '''import os, subprocess, sys
+subprocess.Popen(["sleep", "300"], start_new_session=True)
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setsid()
+        import time
+        time.sleep(300)
+    os._exit(0)
+'''
+
+
+def snooping_cell(course: Path) -> str:
+    checks_file = REPO / "autograder" / "checks" / f"{A}.py"
+    targets = [course, course / "source", course / "gradebook.db", course / "nbgrader_config.py",
+               course / ".grading" / "secret", course / "submitted" / "ada_solution", Path("../source"),
+               Path("../../gradebook.db"), checks_file, REPO / "source", REPO / "autograder", REPO / "transformer_lm",
+               Path("/root/.ssh"), Path("/home")]
+    allowed_env = ["PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                   "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PWD", "SHLVL", "_", "LC_CTYPE"]
+    return (
+        "import os, socket\n"
+        f"FOUND = [p for p in {[str(t) for t in targets]!r} if os.path.exists(p)]\n"
+        f"FOUND += [k for k in os.environ if k not in {allowed_env!r}]\n"
+        "NET = False\n"
+        "for address in [('127.0.0.1', 22), ('1.1.1.1', 53), ('10.0.0.1', 80)]:\n"
+        "    try:\n"
+        "        socket.create_connection(address, timeout=1).close()\n"
+        "        NET = True\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+
+
+def writing_cell(course: Path) -> str:
+    targets = [course / "gradebook.db", course / "nbgrader_config.py", course / "source" / A / NB,
+               course / "submitted" / "ada_solution" / A / NB, course / ".grading" / "secret"]
+    return (
+        f"for path in {[str(t) for t in targets]!r}:\n"
+        "    try:\n"
+        "        with open(path, 'a') as f:\n"
+        "            f.write('\\nc.Autograde.autograde_preprocessors = []  # and a score of 10\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+
+
+@dataclass
+class Case:
+    """One submission and what it must get.
+
+    ``total`` is the exact total (the honest score); ``statuses`` the status each listed item
+    must end in (any of a set); ``flagged`` whether the submission must carry a tampering
+    flag; ``message`` text the message of each listed item must contain.
+    """
+
+    student: str
+    notebook: object  # a notebook dict, raw bytes, a (file name, dict) pair, or None for an empty folder
+    total: float
+    statuses: dict[str, set[str]] = field(default_factory=dict)
+    flagged: bool = False
+    message: dict[str, str] = field(default_factory=dict)
+    at_most: bool = False  # ``total`` is a ceiling, not the exact score (an attack that breaks its own run)
+
+
+def solution() -> dict:
+    return json.loads((REPO / "source" / A / NB).read_text())
+
+
+def replace(notebook: dict, grade_id: str, source: str) -> dict:
+    return demo._with_answer(notebook, grade_id, lambda _: source)
+
+
+def add_cell(notebook: dict, source: str, before: str) -> dict:
+    """An ordinary code cell (no nbgrader metadata) before the answer cell ``before``."""
+    nb = json.loads(json.dumps(notebook))
+    at = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == before)
+    nb["cells"].insert(at, {"cell_type": "code", "id": f"added-{at}", "metadata": {}, "source": source,
+                            "outputs": [], "execution_count": None})
+    return nb
+
+
+def edit_cells(notebook: dict, edit) -> dict:
+    nb = json.loads(json.dumps(notebook))
+    nb["cells"] = [c for c in (edit(c) for c in nb["cells"]) if c is not None]
+    return nb
+
+
+def is_test(cell) -> bool:
+    meta = cell["metadata"].get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def cases(course: Path) -> list[Case]:
+    good = solution()
+    blank = json.loads((course / "release" / A / NB).read_text())
+    wrong = replace(good, "causal_attention", WRONG_CAUSAL)
+    causal_zero = {"causal_attention": {"failed", "tampered", "error"}}
+    w = WRONG_CAUSAL_SCORE
+
+    def attack(name, source, total=w, statuses=None, flagged=True):
+        return Case(name, add_cell(wrong, source, "causal_attention"), total, statuses or causal_zero, flagged)
+
+    def fault(name, grade_id, source, status, total=9, message=""):
+        return Case(name, replace(good, grade_id, source), total, {grade_id: status},
+                    message={grade_id: message} if message else {})
+
+    def with_metadata(cell, **changes):
+        meta = cell["metadata"].get("nbgrader")
+        if meta:
+            meta.update({k: v(meta) if callable(v) else v for k, v in changes.items()})
+        return cell
+
+    duplicate = json.loads(json.dumps(good))
+    at = next(i for i, c in enumerate(duplicate["cells"])
+              if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_attention")
+    duplicate["cells"].insert(at + 1, json.loads(json.dumps(duplicate["cells"][at])) | {"id": "pasted"})
+    renamed = edit_cells(wrong, lambda c: with_metadata(c, grade_id=lambda m: m["grade_id"] + "_v2",
+                                                       checksum="0" * 32, schema_version=99)
+                         if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_attention" else c)
+    raw = json.dumps(good).encode()
+
+    return [
+        # honest work
+        Case("ada_solution", good, 10, {item: {"passed"} for item in ITEMS}),
+        Case("bo_blank", blank, 0, {item: FAILING for item in ITEMS}),
+        Case("cy_mistake", demo._with_answer(good, "causal_attention", lambda s: s.replace("dim=-1)", "dim=1)")), 8,
+             {"causal_attention": {"failed"}, "multihead_attention": {"passed"}},
+             message={"causal_attention": "wrong values"}),
+        # attacks on a wrong answer
+        attack("atk_allclose", "import torch\ntorch.allclose = lambda *a, **k: True\n"),
+        attack("atk_testing", "import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"),
+        attack("atk_numpy", "import numpy\nnumpy.allclose = lambda *a, **k: True\nnumpy.testing = None\n"),
+        Case("atk_builtins", add_cell(wrong, "import builtins\nbuiltins.isinstance = lambda *a: True\n",
+                                      "causal_attention"), w, causal_zero, flagged=True, at_most=True),
+        Case("atk_subclass", replace(good, "causal_attention", SUBCLASS), w, causal_zero, flagged=True),
+        Case("atk_eq", replace(good, "causal_attention", EQ_TRICK), w, causal_zero, at_most=True),
+        attack("atk_input_transformer", "get_ipython().input_transformers_cleanup.append(lambda lines: [])\n",
+               total=5, statuses={"causal_attention": {"error"}}),
+        attack("atk_pre_run_cell", "get_ipython().events.register('pre_run_cell', lambda *a: None)\n"),
+        attack("atk_custom_exc", "get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)\n"),
+        attack("atk_write", writing_cell(course), flagged=True),
+        Case("atk_snoop", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
+                                           CONTEXT_IF_NET), snooping_cell(course), "softmax_stable"), 8,
+             {"softmax_stable": {"failed"}, "context_vectors": {"failed"}}, flagged=True),
+        Case("snoop_control", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
+                                               CONTEXT_IF_NET), "FOUND, NET = ['forced'], True\n", "softmax_stable"),
+             10, {"softmax_stable": {"passed"}, "context_vectors": {"passed"}}),
+        Case("atk_reference", replace(good, "context_vectors",
+                                      "from transformer_lm.reference import masked_softmax\n\n\n"
+                                      "def context_vectors(inputs):\n    return masked_softmax(inputs @ inputs.T) @ inputs\n"),
+             9, {"context_vectors": {"error"}}, message={"context_vectors": "No module named 'transformer_lm.reference'"}),
+        Case("atk_points", edit_cells(wrong, lambda c: with_metadata(c, points=100) if is_test(c) else c), w,
+             causal_zero),
+        Case("atk_grade_flags", edit_cells(wrong, lambda c: with_metadata(c, grade=False, points=0) if is_test(c)
+                                           else c), w, causal_zero),
+        Case("atk_ids", renamed, w, {"causal_attention": {"missing"}}),
+        Case("atk_no_tests", edit_cells(wrong, lambda c: None if is_test(c) else c), w, causal_zero),
+        Case("atk_markdown_tests", edit_cells(wrong, lambda c: {**c, "cell_type": "markdown", "source": "All passed!",
+                                                                "outputs": None} if is_test(c) else c),
+             w, causal_zero),
+        Case("atk_fake_success", replace(wrong, "causal_attention",
+                                         WRONG_CAUSAL + "\nprint('All tests passed! Score: 10/10')\n"), w, causal_zero),
+        Case("atk_hardcoded", replace(good, "self_attention_v1", HARDCODED_V1), 8,
+             {"self_attention_v1": {"failed"}, "transfer_weights": {"failed"}}),
+        Case("atk_background", add_cell(good, BACKGROUND, "softmax_stable"), 10, {}),
+        # faults on top of the solution
+        fault("fault_loop", "softmax_stable", "while True:\n    pass\n", {"timeout"}),
+        fault("fault_swallow", "softmax_stable",
+              "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n"
+              "    try:\n        pass\n    except BaseException:\n        pass\n", {"timeout"}),
+        fault("fault_exit", "context_vectors", "import os\nos._exit(0)\n", {"error"}, message="exited"),
+        fault("fault_segfault", "context_vectors", "import ctypes\nctypes.string_at(0)\n", {"killed"}),
+        fault("fault_memory", "softmax_stable", "import torch\nhog = []\nwhile True:\n"
+              "    hog.append(torch.empty(2**28))\n", {"error", "killed"}),
+        fault("fault_fork", "softmax_stable", "import os, time\nfor _ in range(2000):\n    if os.fork() == 0:\n"
+              "        time.sleep(30)\n        os._exit(0)\n", {"error", "timeout", "killed"}),
+        fault("fault_disk", "softmax_stable", "chunk = b'x' * 2**20\nfor folder in ['/scratch', '/tmp']:\n"
+              "    with open(folder + '/fill', 'wb') as f:\n        while True:\n            f.write(chunk)\n",
+              {"error"}),
+        Case("fault_output", add_cell(good, "for _ in range(100_000):\n    print('x' * 1000)\n", "softmax_stable"), 10),
+        fault("fault_slow_ok", "softmax_stable", SLOW_SOFTMAX.format(seconds=0.2), {"passed"}, total=10),
+        fault("fault_slow_bad", "softmax_stable", SLOW_SOFTMAX.format(seconds=30), {"timeout"}),
+        fault("fault_warning", "softmax_stable", WARNING_SOFTMAX, {"passed"}, total=10),
+        fault("fault_nan", "softmax_stable", NAN_SOFTMAX, {"failed"}, message="NaN"),
+        # malformed notebooks
+        Case("bad_truncated", raw[: len(raw) * 3 // 5], 0, {i: {"error"} for i in ITEMS},
+             message={"softmax_stable": "not valid JSON"}),
+        Case("bad_nbformat5", json.dumps({**good, "nbformat": 5}).encode(), 0, {i: {"error"} for i in ITEMS},
+             message={"softmax_stable": "nbformat"}),
+        Case("bad_name", ("my homework (1).ipynb", good), 10, {i: {"passed"} for i in ITEMS}),
+        Case("bad_empty", b"", 0, {i: {"error"} for i in ITEMS}, message={"softmax_stable": "empty"}),
+        Case("bad_duplicate", duplicate, 10, {i: {"passed"} for i in ITEMS}),
+        Case("nothing", None, 0, {i: {"missing"} for i in ITEMS}, message={"softmax_stable": "No notebook"}),
+    ]
+
+
+def write_submissions(course: Path, all_cases: list[Case]) -> None:
+    for case in all_cases:
+        folder = course / "submitted" / case.student / A
+        folder.mkdir(parents=True, exist_ok=True)
+        if case.notebook is None:
+            continue
+        name, content = case.notebook if isinstance(case.notebook, tuple) else (NB, case.notebook)
+        data = content if isinstance(content, bytes) else json.dumps(content, indent=1).encode()
+        (folder / name).write_bytes(data)

@@ -1,0 +1,479 @@
+"""Assignment 02 (self-attention and multi-head attention): the release, the solution, the
+student's start, and grading through the real grader.
+
+Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
+python3 kernel, and ``autograder grade`` grades submissions in a sandbox. The solution and
+the release are executed once per module, and every submission is graded in one class run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import notebook_tools as tools
+from autograder.grading import style_problems
+
+ASSIGNMENT = "02_multihead_attention"
+SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
+RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
+NOTEBOOK = "multihead_attention.ipynb"
+
+# Autograded items: points, and the answer cell each one grades.
+POINTS = {"self_attention_init": 1, "self_attention_forward": 3, "mha_scores": 3, "mha_causal_mask": 1,
+          "mha_output": 2}
+ANSWER_OF = {"self_attention_init": "self_attention", "self_attention_forward": "self_attention",
+             "mha_scores": "multihead_self_attention", "mha_causal_mask": "multihead_self_attention",
+             "mha_output": "multihead_self_attention"}
+WRITTEN = ("q1", "q2", "q3", "q4", "q5")
+ANSWERS = ("self_attention", "multihead_self_attention")
+
+# Seed 003's own SelfAttention, as a student would paste it (the PDF's wrapped lines joined).
+# Two of its lines are longer than 120 characters, by their trailing shape comments.
+SEED_SELF_ATTENTION = '''class SelfAttention(nn.Module):
+    def __init__(self, input_size, hidden):
+        """Self-attention module which computes softmax(xQ @ xK^T) @ xV
+
+        Args:
+            input_size: int, size of input vectors
+            hidden: int, size of output vectors and hidden states
+        """
+        # Task 1.1: Create layers requires for self-attention (1 point)
+        # YOUR CODE STARTS HERE (~4 lines)
+        super().__init__()
+        self.q = nn.Linear(input_size, hidden) # [input_size, hidden]
+        self.k = nn.Linear(input_size, hidden) # [input_size, hidden]
+        self.v = nn.Linear(input_size, hidden) # [input_size, hidden]
+        self.scale = hidden ** 0.5
+        # YOUR CODE ENDS HERE
+
+    def forward(self, x):
+        """Softmax(xQ @ xK^T) @ xV
+
+        Args:
+            x: FloatTensor[batch_size, seq_len, input_size]
+
+        Returns:
+            FloatTensor[batch_size, seq_len, hidden]
+        """
+        # Task 1.2: Compute Self Attention (3 points)
+        # 1. Compute key, query and value matrices from your input x
+        # 2. Compute the scores using query and key matrices
+        # 3. Compute probabilities using softmax and scale the scores using
+        # 4. Compute the output using probabilities and value matrices
+        #
+        # Write shape of each tensor for each line of code
+        # for example:
+        #     Suppose batch_size = 3 and seq_len = 5
+        #     x = torch.zeros(3, 5) # shape [batch_size, seq_len]
+        #     x = x.unsqueeze(1)     # shape [batch_size, 1, seq_len]
+        #
+        # NOTE: Remember that we work with batches of data [batch_size, seq_len, hidden],
+        # not just single examples [seq_len, hidden] as we did in the lecture. This changes your shapes a bit.
+        #
+        # YOUR CODE STARTS HERE (~ can be implemented in 4 lines or 3 if you combine steps 2 and 3 into one operation)
+        q = self.q(x) # [batch_size, seq_len, hidden]
+        scores = torch.bmm(q, self.k(x).transpose(1, 2)) / self.scale # [batch_size, seq_len, hidden] -> [batch_size, seq_len, seq_len]
+        probs = F.softmax(scores, dim=-1) # [batch_size, seq_len, seq_len]
+        return torch.bmm(probs, self.v(x)) # [batch_size, seq_len, seq_len] @ [batch_size, seq_len, hidden] -> [batch_size, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+'''
+
+# Seed 003's own MultiHeadSelfAttention, pasted the same way.
+SEED_MULTI_HEAD_SELF_ATTENTION = '''class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0):
+        """
+        Args:
+            input_size: int, size of input vectors
+            hidden: int, size of output vectors and hidden states
+            num_heads: int, number of attention heads, should be a divisor of hidden
+            causal: use causal masking (do not allow queries to look to the keys that correspond to the future tokens)
+        """
+        if hidden % num_heads:
+            raise ValueError(f"hidden should be divisible by num_heads, "
+                             f"but got hidden={hidden} and num_heads={num_heads}")
+        super().__init__()
+
+        self.k = nn.Linear(input_size, hidden)
+        self.q = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.mix = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+        self.num_heads = num_heads
+        self.head_size = hidden // num_heads
+        self.scale = self.head_size ** 0.5
+        self.causal = causal # causal masking
+
+    def forward(self, x, return_attention=False):
+        """Computes [Softmax(x Q_1 @ x K_1^T) @ x V_1 : ... : Softmax(x Q_heads @ x K_heads^T) @ x V_heads] @ U
+        Args:
+            x: FloatTensor[batch_size, seq_len, input_size]
+
+        Returns:
+            FloatTensor[batch_size, seq_len, hidden]
+            if return_attention is True, returns also FloatTensor[batch_size * num_heads, seq_len, seq_len]
+        """
+        bs, seq, _ = x.shape
+
+        # Task 2.1 (3 points)
+        # YOUR CODE STARTS HERE (Our implementation is in 3 lines, one for each for k, q and v)
+        k = self.k(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2)
+        # shape [batch_size, num_heads, seq_len, head_size]
+        # 'k' [batch_size, seq_len, input_size]
+        # -> view [batch_size, seq_len, num_heads, head_size]
+        # -> transpose [batch_size, num_heads, seq_len, head_size]
+        q = self.q(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2)
+        # shape [batch_size, num_heads, seq_len, head_size]
+        # 'q' [batch_size, seq_len, input_size]
+        # -> view [batch_size, seq_len, num_heads, head_size]
+        # -> transpose [batch_size, num_heads, seq_len, head_size]
+        v = self.v(x).view(bs, seq, self.num_heads, self.head_size).transpose(1, 2)
+        # shape [batch_size, num_heads, seq_len, head_size]
+        # 'v' [batch_size, seq_len, input_size]
+        # -> view [batch_size, seq_len, num_heads, head_size]
+        # -> transpose [batch_size, num_heads, seq_len, head_size]
+        scores = torch.matmul(q, k.transpose(-2, -1)) / self.scale
+        # shape [batch_size, num_heads, seq_len, seq_len]
+        # 'q' [batch_size, num_heads, seq_len, head_size]
+        # @ 'k.T' [batch_size, num_heads, head_size, seq_len]
+        # -> [batch_size, num_heads, seq_len, seq_len]
+        # YOUR CODE ENDS HERE
+
+        if self.causal:
+            # Task 2.2 (1 point)
+            # Apply casual mask to the scores
+            # YOUR CODE STARTS HERE (Our implementation is in 2 lines)
+            mask = torch.triu(torch.ones(seq, seq, device=x.device), diagonal=1).bool() # [seq_len, seq_len]
+            scores = scores.masked_fill(mask[None, None, :, :], float('-inf')) # [bs, num_heads, seq_len, seq_len]
+            # YOUR CODE ENDS HERE
+
+        # Task 2.3 (2 points)
+        # Compute probability (probs) and attention (att), remember to apply mixing matrix
+        # YOUR CODE STARTS HERE (can be implemented in 4 lines)
+        probs = F.softmax(scores, dim=-1) # [bs, num_heads, seq_len, seq_len]
+        probs = self.dropout(probs) # [bs, num_heads, seq_len, seq_len]
+
+        att = torch.matmul(probs, v)
+        # [bs, num_heads, seq_len, seq_len]
+        # @ [bs, num_heads, seq_len, head_size] -> [bs, num_heads, seq_len, head_size]
+
+        probs = probs.reshape(bs * self.num_heads, seq, seq)
+        # 'probs' [bs, num_heads, seq_len, seq_len]
+        # -> reshape [bs * num_heads, seq_len, seq_len]
+
+        att = att.transpose(1, 2).contiguous().view(bs, seq, -1) # [bs, seq_len, hidden]
+
+        att = self.mix(att)
+        # [bs, seq_len, hidden] @ [hidden, hidden] -> [bs, seq_len, hidden]
+        # YOUR CODE ENDS HERE
+
+        if return_attention:
+            return att, probs
+
+        return att
+'''
+
+# A typical mistake: the heads merged with view, without the transpose back.
+MERGED_WITHOUT_TRANSPOSE = SEED_MULTI_HEAD_SELF_ATTENTION.replace(
+    "att = att.transpose(1, 2).contiguous().view(bs, seq, -1)", "att = att.contiguous().view(bs, seq, -1)")
+
+
+def solution_regions(source: str) -> list[str]:
+    """The non-empty lines between BEGIN and END SOLUTION, stripped."""
+    inside, lines = False, []
+    for line in source.splitlines():
+        if "### BEGIN SOLUTION" in line:
+            inside = True
+        elif "### END SOLUTION" in line:
+            inside = False
+        elif inside and line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+def squeeze(text: str) -> str:
+    """Whitespace collapsed, so that torch's column padding does not matter."""
+    return re.sub(r"\s+", " ", text)
+
+
+def release_with(answers: dict[str, str]):
+    """The committed release with answer cells replaced, as a student would fill them."""
+    nb = tools.read(RELEASE_DIR / NOTEBOOK)
+    for grade_id, source in answers.items():
+        nb = tools.replace_solution(nb, grade_id, source)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def source_nb():
+    return tools.read(SOURCE_DIR / NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def solved(source_nb):
+    """The solution notebook, executed once, and how long it took."""
+    start = time.perf_counter()
+    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
+    return nb, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def released_run():
+    """The committed student notebook, executed with errors allowed."""
+    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reports(source_nb, tmp_path_factory):
+    """Three submissions graded in one run of ``autograder grade``:
+
+    * ``solution``: the release filled with the source's answer cells;
+    * ``seed``: the release filled with seed 003's own classes, pasted whole;
+    * ``mistakes``: the solution's SelfAttention with one PEP 8 violation, and seed 003's
+      MultiHeadSelfAttention with the heads merged by view without transpose.
+    """
+    solution = {gid: tools.cell_by_grade_id(source_nb, gid).source for gid in ANSWERS}
+    pep8 = solution["self_attention"].replace("self.scale = hidden ** 0.5", "self.scale=hidden ** 0.5")
+    assert pep8 != solution["self_attention"]
+    submissions = {
+        "solution": release_with(solution),
+        "seed": release_with({"self_attention": SEED_SELF_ATTENTION,
+                              "multihead_self_attention": SEED_MULTI_HEAD_SELF_ATTENTION}),
+        "mistakes": release_with({"self_attention": pep8, "multihead_self_attention": MERGED_WITHOUT_TRANSPOSE}),
+    }
+    graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
+    return {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
+            for student, report in graded.items()}
+
+
+# --------------------------------------------------------------------------------------
+# The source notebook's shape
+# --------------------------------------------------------------------------------------
+
+
+def test_source_is_clean_and_graded_as_planned(source_nb):
+    assert source_nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"outputs left in cell {cell.id}"
+        assert "sys.path" not in cell.source and "autoreload" not in cell.source, cell.id
+
+    setup = tools.cell_by_grade_id(source_nb, "setup")
+    assert source_nb.cells.index(setup) < 3 and setup.metadata["nbgrader"]["locked"]
+    assert "from transformer_lm.test_values import SelfAttentionTestValues, MultiHeadAttentionTestValues" \
+        in setup.source
+
+    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")
+             if not c.metadata["nbgrader"]["solution"]}
+    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
+    assert sum(tests.values()) == 10
+
+    # Each answer cell is followed by its test cells, in order; its heading gives the task's points.
+    for answer, points in (("self_attention", 4), ("multihead_self_attention", 6)):
+        cell = tools.cell_by_grade_id(source_nb, answer)
+        index = source_nb.cells.index(cell)
+        following = [tools.grade_id(c) for c in source_nb.cells[index + 1:index + 4]]
+        expected = [f"{item}_test" for item, owner in ANSWER_OF.items() if owner == answer]
+        assert following[:len(expected)] == expected
+        assert f"({points} points)" in source_nb.cells[index - 1].source.splitlines()[0]
+
+    # The written answers: markdown cells graded by hand, 1 point each.
+    for grade_id in WRITTEN:
+        cell = tools.cell_by_grade_id(source_nb, grade_id)
+        meta = cell.metadata["nbgrader"]
+        assert cell.cell_type == "markdown"
+        assert meta["grade"] and meta["solution"] and not meta["locked"] and meta["points"] == 1
+        body = "\n".join(solution_regions(cell.source))
+        assert "Model answer" in body and "Grading note (TAs)" in body
+
+    # Every code cell the grader does not track is a demonstration, tagged so that it does not run.
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and tools.grade_id(cell) is None:
+            assert "skip-grading" in cell.metadata.get("tags", []), f"cell {cell.id} is not tagged skip-grading"
+
+    # The plots show the probabilities as they are: no softmax anywhere near them.
+    for cell in source_nb.cells:
+        names = ("plot_heads", "probs_plain", "probs_causal")
+        if cell.cell_type == "code" and any(name in cell.source for name in names):
+            assert "softmax" not in cell.source, f"cell {cell.id} applies a softmax to probabilities"
+
+
+def test_solution_follows_pep8_and_comments_every_tensor(source_nb):
+    for grade_id in ANSWERS:
+        source = tools.cell_by_grade_id(source_nb, grade_id).source
+        assert style_problems(source) == [], grade_id
+        lines = solution_regions(source)
+        for previous, line in zip([""] + lines, lines):
+            statement = re.match(r"(return |[\w.]+ = )", line)
+            if statement and not line.startswith("self."):
+                assert "#" in line or previous.startswith("#"), f"{grade_id}: no shape comment for: {line}"
+
+
+# --------------------------------------------------------------------------------------
+# 1. The committed release is what nbgrader makes from the source, without solutions
+# --------------------------------------------------------------------------------------
+
+
+def test_release_is_generated_from_source(tmp_path):
+    generated = tools.generate_release(ASSIGNMENT, tmp_path / "course")
+    names = sorted(p.name for p in generated.glob("*.ipynb"))
+    assert names == sorted(p.name for p in RELEASE_DIR.glob("*.ipynb")) == [NOTEBOOK]
+    fresh = json.loads((generated / NOTEBOOK).read_text())
+    committed = json.loads((RELEASE_DIR / NOTEBOOK).read_text())
+    assert fresh == committed, f"release/{ASSIGNMENT}/{NOTEBOOK} is stale: run nbgrader generate_assignment"
+
+
+def test_release_contains_no_solutions(source_nb):
+    release = tools.read(RELEASE_DIR / NOTEBOOK)
+    raw = json.dumps(release)
+    assert "BEGIN SOLUTION" not in raw and "END SOLUTION" not in raw
+    assert "Model answer" not in raw and "Grading note" not in raw
+    text = "\n".join(cell.source for cell in release.cells)
+    left_lines = {line.strip() for line in text.splitlines()}
+    for grade_id in ANSWERS + WRITTEN:
+        lines = solution_regions(tools.cell_by_grade_id(source_nb, grade_id).source)
+        assert lines, f"{grade_id}: no solution in the source"
+        cell = tools.cell_by_grade_id(release, grade_id)
+        stub = "raise NotImplementedError()" if grade_id in ANSWERS else "YOUR ANSWER HERE"
+        assert stub in cell.source, grade_id
+        for line in lines:
+            if re.search(r"[A-Za-z]{3}", line):
+                assert line not in left_lines, f"{grade_id}: solution line left in the release: {line}"
+        assert squeeze(" ".join(lines)) not in squeeze(text)
+    skeleton = tools.cell_by_grade_id(release, "multihead_self_attention").source
+    assert skeleton.count("raise NotImplementedError()") == 3   # tasks 2.1, 2.2 and 2.3
+    for signature in ("class SelfAttention(nn.Module):", "def __init__(self, input_size, hidden):",
+                      "class MultiHeadSelfAttention(nn.Module):",
+                      "def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0):",
+                      "def forward(self, x):", "def forward(self, x, return_attention=False):",
+                      "raise ValueError(", "return att, probs"):
+        assert signature in text
+
+
+# --------------------------------------------------------------------------------------
+# 2. The solution runs top to bottom, fast, and every check passes
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_runs_quickly_and_every_check_passes(solved):
+    nb, seconds = solved
+    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
+    for name in POINTS:
+        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
+        assert output.strip(), f"{name}_test printed nothing"
+        assert "orrect" in output or "has the expected layers" in output, output
+    assert "raises ValueError: hidden=10 is not divisible by num_heads=3" in \
+        tools.text_outputs(tools.cell_by_grade_id(nb, "mha_output_test"))
+
+
+def test_solution_demos_show_what_the_text_says(solved):
+    nb, _ = solved
+    cells = {cell.id: cell for cell in nb.cells}
+    for plot in ("demo-plain", "demo-causal"):   # one figure per sequence
+        images = [o for o in cells[plot].outputs if o.output_type == "display_data" and "image/png" in o.data]
+        assert len(images) == 3, plot
+    rows = squeeze(tools.text_outputs(cells["demo-causal"]))
+    assert "[[1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000]," in rows   # token 0 sees only itself
+    saturation = tools.text_outputs(cells["q1-demo"]).splitlines()[1:]
+    largest = [float(line.split("|")[1].split()[0]) for line in saturation]
+    assert len(largest) == 5 and largest == sorted(largest) and largest[-1] > 0.9   # more focused as h grows
+    padding = tools.text_outputs(cells["padding-demo"])
+    assert "nan" in padding and "[0., 0., 0.]" in padding
+    dropout = tools.text_outputs(cells["dropout-demo"])
+    assert "train: the same output twice? False" in dropout and "eval:  the same output twice? True" in dropout
+
+
+# --------------------------------------------------------------------------------------
+# 3. A student's first run: every check says TODO, nothing else breaks
+# --------------------------------------------------------------------------------------
+
+
+def test_release_reports_todo_everywhere(released_run):
+    test_ids = {f"{name}_test" for name in POINTS}
+    for cell in released_run.cells:
+        if cell.cell_type != "code":
+            continue
+        found = tools.errors(cell)
+        if tools.grade_id(cell) in test_ids:
+            assert found, f"{tools.grade_id(cell)} passed on an empty answer"
+        for ename, evalue in found:
+            todo = ename == "CheckFailed" and "TODO" in evalue
+            assert todo or ename == "NotImplementedError", (
+                f"cell {cell.id} ({tools.grade_id(cell)}) fails with {ename}: {evalue}")
+            if tools.grade_id(cell) in test_ids:
+                assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
+    # The demonstrations that need no student code still run.
+    outputs = {cell.id: tools.text_outputs(cell) for cell in released_run.cells if cell.cell_type == "code"}
+    assert "raw: max p" in outputs["q1-demo"] and "nan" in outputs["padding-demo"]
+
+
+# --------------------------------------------------------------------------------------
+# 4. Seed 003's own code earns every autograded point through the real grader
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_submission_gets_full_marks(reports):
+    report = reports["solution"]
+    assert report[""]["total"] == report[""]["max_total"] == 10
+    assert report[""]["flags"] == []
+    for name, points in POINTS.items():
+        item = report[name]
+        assert (item["status"], item["score"], item["max_score"], item["deduction"]) == ("passed", points, points, "")
+        assert item["answer"] == ANSWER_OF[name]
+
+
+def test_seed_code_gets_full_marks_without_deduction(reports):
+    """Seed 003's own classes pass every hidden check at full points. Two of its lines run past
+    120 characters only because of their shape comments, which the style rules do not count."""
+    report = reports["seed"]
+    assert report[""]["flags"] == []
+    for name, points in POINTS.items():
+        item = report[name]
+        assert (item["status"], item["score"], item["deduction"]) == ("passed", points, ""), (name, item["message"])
+    assert report[""]["total"] == report[""]["max_total"] == 10
+    assert style_problems(SEED_MULTI_HEAD_SELF_ATTENTION) == style_problems(SEED_SELF_ATTENTION) == []
+
+
+# --------------------------------------------------------------------------------------
+# 5. A typical mistake is named; a PEP 8 violation costs exactly the deduction
+# --------------------------------------------------------------------------------------
+
+
+def test_merged_heads_without_transpose_are_named(reports):
+    report = reports["mistakes"]
+    item = report["mha_scores"]
+    assert item["status"] == "failed" and item["score"] == 0
+    assert item["mistake"] == "heads merged with view but no transpose", item
+    assert "transpose" in item["hint"]
+    for name in ("mha_causal_mask", "mha_output"):
+        assert report[name]["status"] == "failed" and report[name]["score"] == 0
+
+
+def test_pep8_violation_costs_exactly_the_deduction(reports):
+    report = reports["mistakes"]
+    forward = report["self_attention_forward"]
+    assert forward["status"] == "passed" and forward["score"] == POINTS["self_attention_forward"] - 1
+    assert forward["deduction"].startswith("pep8"), forward
+    assert "E225" in forward["deduction"]
+    init = report["self_attention_init"]   # the same answer cell, but the deduction is taken once
+    assert (init["status"], init["score"], init["deduction"]) == ("passed", 1, "")
+    assert report[""]["total"] == 1 + 2
+
+
+def test_visible_check_names_the_mistake(source_nb):
+    """The test cell of 2.1, run here on the mistaken class, says what is wrong."""
+    from transformer_lm import checks
+
+    namespace: dict = {}
+    exec(tools.cell_by_grade_id(source_nb, "setup").source, namespace)
+    exec(MERGED_WITHOUT_TRANSPOSE, namespace)
+    with pytest.raises(checks.CheckFailed) as failure:
+        exec(tools.cell_by_grade_id(source_nb, "mha_scores_test").source, namespace)
+    assert "heads merged with view but no transpose" in str(failure.value)

@@ -1,0 +1,295 @@
+"""Assignment 03 (attention in PyTorch): the release, the solution, the student's start, the grader.
+
+Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
+python3 kernel, and the real ``autograder grade`` grades a small class (one call for every
+submission) in a sandbox. Each notebook is executed once per module and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import notebook_tools as tools
+from autograder import sandbox
+
+ASSIGNMENT = "03_pytorch_attention"
+SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
+RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
+NOTEBOOK = "pytorch_attention.ipynb"
+
+POINTS = {"my_attention": 3, "self_attention_head": 2, "multiheaded_self_attention": 3,
+          "transformer_decoder_layer": 2}
+LIBRARY = ("scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+
+# An answer that hands the work to PyTorch: correct numbers, but the exercise was to write it.
+SDPA_ATTENTION = '''def my_attention(q, k, v, attn_mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+'''
+
+# The most common masking mistake: masked_fill fills where its condition is True, here the allowed pairs.
+INVERTED_MASK_ATTENTION = '''def my_attention(q, k, v, attn_mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.softmax(scores, dim=-1) @ v
+'''
+
+
+def squeeze(text: str) -> str:
+    """Whitespace collapsed, so that torch's column padding does not matter."""
+    return re.sub(r"\s+", " ", text)
+
+
+def solution_bodies(nb) -> dict[str, list[str]]:
+    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
+    bodies = {}
+    for cell in tools.graded_cells(nb, kind="solution"):
+        inside, lines = False, []
+        for line in cell.source.splitlines():
+            if "### BEGIN SOLUTION" in line:
+                inside = True
+            elif "### END SOLUTION" in line:
+                inside = False
+            elif inside and line.strip():
+                lines.append(line.strip())
+        bodies[tools.grade_id(cell)] = lines
+    return bodies
+
+
+def wrong_norm_order(source_nb) -> str:
+    """The solution's decoder layer with the two LayerNorm orders swapped."""
+    source = tools.cell_by_grade_id(source_nb, "transformer_decoder_layer").source
+    assert source.count("if self.norm_first:") == 1
+    return source.replace("if self.norm_first:", "if not self.norm_first:")
+
+
+@pytest.fixture(scope="module")
+def source_nb():
+    return tools.read(SOURCE_DIR / NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def solved(source_nb):
+    """The solution notebook, executed once, and how long it took."""
+    start = time.perf_counter()
+    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
+    return nb, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def released_run():
+    """The committed student notebook, executed with errors allowed."""
+    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reports(source_nb, tmp_path_factory):
+    """One class graded by the real grader, in one call: the solution; an answer that calls
+    F.scaled_dot_product_attention together with a decoder layer whose LayerNorms are in the
+    wrong order; and an inverted boolean mask."""
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    forbidden = tools.replace_solution(source_nb, "my_attention", SDPA_ATTENTION)
+    forbidden = tools.replace_solution(forbidden, "transformer_decoder_layer", wrong_norm_order(source_nb))
+    submissions = {"solution": source_nb, "library_call": forbidden,
+                   "inverted_mask": tools.replace_solution(source_nb, "my_attention", INVERTED_MASK_ATTENTION)}
+    graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
+    return {student: {item["grade_id"]: item for item in report["items"]} | {"_report": report}
+            for student, report in graded.items()}
+
+
+# --------------------------------------------------------------------------------------
+# The source notebook's shape
+# --------------------------------------------------------------------------------------
+
+
+def test_source_is_clean_and_graded_as_planned(source_nb):
+    assert source_nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"outputs left in cell {cell.id}"
+
+    setup = tools.cell_by_grade_id(source_nb, "setup")
+    assert source_nb.cells.index(setup) < 3 and setup.metadata["nbgrader"]["locked"]
+    assert "transformer_lm" not in setup.source
+
+    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")}
+    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
+    assert sum(tests.values()) == 10
+
+    for name, points in POINTS.items():
+        answer = tools.cell_by_grade_id(source_nb, name)
+        index = source_nb.cells.index(answer)
+        assert tools.grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
+        heading = source_nb.cells[index - 1]
+        assert heading.cell_type == "markdown"
+        assert f"({points} point{'s' if points > 1 else ''})" in heading.source.splitlines()[0]
+
+
+def test_library_attention_only_in_test_and_demo_cells(source_nb):
+    """Answers must not mention PyTorch's attention (the grader would mark them forbidden);
+    the test cells use it as the reference, the mask conventions included."""
+    from transformer_lm.checks import mentioned_names
+
+    for name in POINTS:
+        used = set(LIBRARY) & mentioned_names(tools.cell_by_grade_id(source_nb, name).source)
+        assert not used, f"the answer {name} mentions {used}"
+    attention_test = tools.cell_by_grade_id(source_nb, "my_attention_test").source
+    assert "F.scaled_dot_product_attention(q, k, v, attn_mask=mask)" in attention_test
+    assert "range(100)" in attention_test
+    conventions = tools.cell_by_grade_id(source_nb, "multiheaded_self_attention_test").source
+    assert "theirs(x, x, x, attn_mask=~allowed)" in conventions        # nn.MultiheadAttention: True blocks
+    assert "mine, x, attn_mask=allowed)" in conventions                # F.sdpa's convention: True takes part
+
+
+def test_diagram_is_drawn_and_torchview_only_mentioned(source_nb, solved):
+    nb, _ = solved
+    diagram = next(c for c in nb.cells if c.id == "layer-diagram")
+    assert "skip-grading" in diagram.metadata["tags"]
+    assert any("image/png" in o.get("data", {}) for o in diagram.outputs)
+    code = "\n".join(c.source for c in source_nb.cells if c.cell_type == "code")
+    assert "torchview" not in code
+    assert any("torchview" in c.source for c in source_nb.cells if c.cell_type == "markdown")
+
+
+# --------------------------------------------------------------------------------------
+# 1. The committed release is what nbgrader makes from the source, without solutions
+# --------------------------------------------------------------------------------------
+
+
+def test_release_is_generated_from_source(tmp_path):
+    generated = tools.generate_release(ASSIGNMENT, tmp_path / "course")
+    names = sorted(p.name for p in generated.glob("*.ipynb"))
+    assert names == sorted(p.name for p in RELEASE_DIR.glob("*.ipynb")) == [NOTEBOOK]
+    fresh = json.loads((generated / NOTEBOOK).read_text())
+    committed = json.loads((RELEASE_DIR / NOTEBOOK).read_text())
+    assert fresh == committed, f"release/{ASSIGNMENT}/{NOTEBOOK} is stale: run nbgrader generate_assignment"
+
+
+def test_release_contains_no_solutions(source_nb):
+    release = tools.read(RELEASE_DIR / NOTEBOOK)
+    text = "\n".join(cell.source for cell in release.cells)
+    assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
+    bodies = solution_bodies(source_nb)
+    assert set(bodies) == set(POINTS)
+    for name, lines in bodies.items():
+        assert lines, f"{name}: no solution body in the source"
+        cell = tools.cell_by_grade_id(release, name)
+        assert "raise NotImplementedError()" in cell.source
+        left = {line.strip() for line in cell.source.splitlines()}
+        for line in lines:
+            if re.search(r"[A-Za-z]", line):
+                assert line not in left, f"{name}: solution line left in the release: {line}"
+        assert squeeze(" ".join(lines)) not in squeeze(text)
+    # The skeleton keeps the seed's APIs.
+    for signature in ("def my_attention(q, k, v, attn_mask=None):", "class SelfAttentionHead(nn.Module):",
+                      "def __init__(self, model_dim, qk_dim=None):", "self.Q = nn.Linear(model_dim, self.qk_dim)",
+                      "def forward(self, input, mask=None):", "def __init__(self, model_dim, num_heads):",
+                      "def forward(self, input, attn_mask=None):", "def load_from_torch(self, mha):",
+                      "def __init__(self, model_dim, num_heads, ff_dim, dropout=0.0, norm_first=False):",
+                      "def forward(self, input):", "def load_from_torch(self, layer):"):
+        assert signature in text
+
+
+# --------------------------------------------------------------------------------------
+# 2. The solution runs top to bottom, fast, and every visible check passes
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_runs_quickly(solved):
+    nb, seconds = solved
+    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
+
+
+def test_every_check_passes_in_the_solution(solved):
+    nb, _ = solved
+    for name in POINTS:
+        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
+        assert output.strip(), f"{name}_test printed nothing"
+        assert "orrect" in output or "equals" in output or "agrees" in output, output
+    text = squeeze(tools.text_outputs(tools.cell_by_grade_id(nb, "my_attention_test")))
+    assert "100 random sizes" in text
+    conventions = tools.text_outputs(tools.cell_by_grade_id(nb, "multiheaded_self_attention_test"))
+    assert "attn_mask=allowed) equals nn.MultiheadAttention(x, x, x, attn_mask=~allowed)" in conventions
+
+
+def test_solution_shows_the_masking_answers(solved):
+    """The fill-value question answered in numbers: -1e9 does not fit float16, a finite fill
+    spreads a fully masked row evenly, -inf gives nan in a naive version and zeros in PyTorch."""
+    nb, _ = solved
+    outputs = {c.id: squeeze(tools.text_outputs(c)) for c in nb.cells if c.cell_type == "code"}
+    assert "cannot be converted" in outputs["fill-value-demo"]
+    assert "[0.3333, 0.3333, 0.3333]" in outputs["fill-value-demo"]
+    assert "[ nan, nan, nan]" in outputs["fill-value-demo"]
+    assert "[ nan, nan, nan]" in outputs["empty-row"]
+    assert "[0.0000, 0.0000, 0.0000]" in outputs["empty-row"]
+    assert "True False" in outputs["mask-conventions"]
+    assert outputs["causality"].startswith("tensor([[0.0000, 0.0000, 0.0000, 0.0000,")
+
+
+# --------------------------------------------------------------------------------------
+# 3. A student's first run: every check says TODO, nothing else breaks
+# --------------------------------------------------------------------------------------
+
+
+def test_release_reports_todo_everywhere(released_run):
+    test_ids = {f"{name}_test" for name in POINTS}
+    for cell in released_run.cells:
+        if cell.cell_type != "code":
+            continue
+        found = tools.errors(cell)
+        if tools.grade_id(cell) in test_ids:
+            assert found, f"{tools.grade_id(cell)} passed on an empty answer"
+        for ename, evalue in found:
+            todo = ename == "CheckFailed" and "TODO" in evalue
+            assert todo or ename == "NotImplementedError", (
+                f"cell {cell.id} ({tools.grade_id(cell)}) fails with {ename}: {evalue}")
+            if tools.grade_id(cell) in test_ids:
+                assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
+    # Cells that need no student code still show their numbers.
+    text = squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
+    assert "in_proj_weight (24, 8)" in text
+
+
+# --------------------------------------------------------------------------------------
+# 4. The real grader: full marks, a forbidden call, named mistakes, the norm order
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_gets_full_marks(reports):
+    report = reports["solution"]["_report"]
+    assert report["total"] == report["max_total"] == 10
+    for item in report["items"]:
+        assert item["status"] == "passed", item
+    assert report["flags"] == []
+
+
+def test_library_call_is_forbidden_and_named(reports):
+    item = reports["library_call"]["my_attention"]
+    assert item["status"] == "forbidden" and item["score"] == 0
+    assert "scaled_dot_product_attention" in item["message"]
+    # The rest of the notebook is still graded on its own merits.
+    assert reports["library_call"]["self_attention_head"]["status"] == "passed"
+    assert reports["library_call"]["multiheaded_self_attention"]["status"] == "passed"
+
+
+def test_wrong_norm_order_fails_the_decoder_layer(reports):
+    item = reports["library_call"]["transformer_decoder_layer"]
+    assert item["status"] == "failed" and item["score"] == 0
+    assert "output" in item["message"]
+
+
+def test_inverted_mask_fails_with_the_mistake_named(reports):
+    item = reports["inverted_mask"]["my_attention"]
+    assert item["status"] == "failed" and item["score"] == 0
+    assert item["mistake"] == "the boolean mask is inverted"
+    assert "~mask" in item["hint"]

@@ -1,0 +1,134 @@
+"""Grader hardening: every attack, fault and malformed notebook of the hostile class gets the
+grade it must get, with a named status and a message; the batch carries on; grades repeat."""
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import hostile_class
+from autograder.cli import main
+from autograder.grading import STATUSES
+from conftest import CELL_TIMEOUT, fingerprint
+
+A = hostile_class.A
+
+
+def report(root, student):
+    return json.loads((root / "reports" / A / f"{student}.json").read_text())
+
+
+def test_every_case_gets_the_grade_it_must_get(graded_class):
+    root, cases, _ = graded_class
+    problems = []
+    for student, case in cases.items():
+        got = report(root, student)
+        items = {i["grade_id"]: i for i in got["items"]}
+        total_ok = got["total"] <= case.total if case.at_most else got["total"] == case.total
+        if not total_ok:
+            problems.append(f"{student}: total {got['total']}, expected {'at most ' if case.at_most else ''}{case.total}")
+        for item, allowed in case.statuses.items():
+            if items[item]["status"] not in allowed:
+                problems.append(f"{student}: {item} is {items[item]['status']} ({items[item]['message'][:200]}), "
+                                f"expected {sorted(allowed)}")
+        for item, text in case.message.items():
+            if text not in items[item]["message"]:
+                problems.append(f"{student}: {item}'s message lacks {text!r}: {items[item]['message'][:200]}")
+        if case.flagged and not any("Tampering" in flag for flag in got["flags"]):
+            problems.append(f"{student}: not flagged ({got['flags']})")
+        for item in got["items"]:
+            if item["status"] not in STATUSES or not item["message"]:
+                problems.append(f"{student}: {item['grade_id']} has status {item['status']!r} or no message")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_batch_carries_on_and_every_student_and_item_is_in_grades_csv(graded_class):
+    root, cases, _ = graded_class
+    with (root / "reports" / A / "grades.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["student"], r["grade_id"]) for r in rows} == {(s, i) for s in cases for i in hostile_class.ITEMS}
+
+
+def test_nothing_a_submission_wrote_reached_the_course(graded_class):
+    root, _, before = graded_class
+    assert fingerprint(before) == before
+
+
+def test_no_process_outlives_its_run(graded_class):
+    left = subprocess.run(["pgrep", "-u", "65534", "-a"], capture_output=True, text=True).stdout
+    assert "sleep 300" not in left and "harness" not in left, left
+
+
+def test_grades_repeat_with_one_worker_and_run_after_run(graded_class, tmp_path):
+    """The same submissions graded again, in a copy of the course with one worker, get the same
+    grades, statuses and messages."""
+    root, cases, _ = graded_class
+    again = tmp_path / "again"
+    shutil.copytree(root, again, ignore=shutil.ignore_patterns("reports", "autograded", "feedback", "gradebook.db"))
+    assert main(["grade", A, "--course", str(again), "--workers", "1", "--cell-timeout", CELL_TIMEOUT]) == 0
+    for student in cases:
+        first, second = report(root, student), report(again, student)
+        assert first["items"] == second["items"], student
+        assert first["total"] == second["total"] and first["flags"] == second["flags"], student
+
+
+class Collector(HTMLParser):
+    """Everything a browser could run: script bodies, event-handler attributes, javascript: links."""
+
+    def __init__(self):
+        super().__init__()
+        self.active, self.text, self._in_script = [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_script = tag == "script"
+        for name, value in attrs:
+            if name.startswith("on") or (value or "").strip().lower().startswith("javascript:"):
+                self.active.append(f"{tag} {name}={value}")
+        if tag in ("iframe", "object", "embed"):
+            self.active.append(tag)
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        (self.active if self._in_script else self.text).append(data)
+
+
+def test_feedback_holds_no_hidden_checks_no_hidden_inputs_and_no_active_content(graded_class, tmp_path):
+    root, _, _ = graded_class
+    # A submission whose written text tries to run in the TA's and the student's browser.
+    payload = "<script>alert('owned')</script><img src=x onerror=\"alert('owned')\"><a href=\"javascript:alert(1)\">x</a>"
+    nb = hostile_class.add_cell(hostile_class.solution(), "x = 1", "softmax_stable")
+    nb["cells"].insert(0, {"cell_type": "markdown", "id": "evil", "metadata": {}, "source": payload})
+    folder = root / "submitted" / "zz_html" / A
+    folder.mkdir(parents=True)
+    (folder / hostile_class.NB).write_text(json.dumps(nb))
+    bad = hostile_class.replace(hostile_class.solution(), "causal_attention",
+                                hostile_class.WRONG_CAUSAL.replace("# wrong: no attention at all", payload))
+    (root / "submitted" / "zz_html2" / A).mkdir(parents=True)
+    (root / "submitted" / "zz_html2" / A / hostile_class.NB).write_text(json.dumps(bad))
+    assert main(["grade", A, "--course", str(root), "--student", "zz_html", "--student", "zz_html2",
+                 "--cell-timeout", CELL_TIMEOUT]) == 0
+    hidden = (hostile_class.REPO / "autograder" / "checks" / f"{A}.py").read_text()
+    hidden_lines = [line.strip() for line in hidden.splitlines() if len(line.strip()) > 30]
+    secret = (root / ".grading" / "secret").read_text().strip()
+
+    def check_pages(who):
+        pages = list((root / "feedback").glob(f"zz_html*/{A}/*.html"))
+        assert len(pages) == 2, who
+        for page in pages:
+            html = page.read_text()
+            collector = Collector()
+            collector.feed(html)
+            assert not any("owned" in a or "alert(1)" in a for a in collector.active), (who, page, collector.active)
+            assert not any(line in html for line in hidden_lines), (who, page)
+            assert secret not in html and "AttentionCase(" not in html, (who, page)
+
+    check_pages("autograder's feedback")
+    for student in ("zz_html", "zz_html2"):  # what formgrader and released feedback render
+        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", A, "--student", student,
+                               "--force"], cwd=root, env=hostile_class.demo.nbgrader_env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    check_pages("nbgrader generate_feedback")
