@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 
-def _isolation(args) -> "sandbox.Isolation":
+def _isolation(args):
     from autograder import sandbox
 
     isolation = sandbox.detect_isolation()
