@@ -116,7 +116,7 @@ def test_feedback_holds_no_hidden_checks_no_hidden_inputs_and_no_active_content(
     secret = (root / ".grading" / "secret").read_text().strip()
 
     def check_pages(who):
-        pages = list((root / "feedback").glob(f"zz_html*/{A}/*.html"))
+        pages = list((root / "feedback").glob(f"zz_html*/{A}/attention_basics.html"))
         assert len(pages) == 2, who
         for page in pages:
             html = page.read_text()
@@ -127,6 +127,27 @@ def test_feedback_holds_no_hidden_checks_no_hidden_inputs_and_no_active_content(
             assert secret not in html and "AttentionCase(" not in html, (who, page)
 
     check_pages("autograder's feedback")
+    # What formgrader shows a TA: its own exporter and template on the autograded notebook.
+    from nbconvert import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+
+    exporter = HTMLExporter(template_name="formgrade", extra_template_basedirs=[handlers.template_path])
+    for student in ("zz_html", "zz_html2"):
+        resources = {"assignment_id": A, "notebook_id": "attention_basics", "submission_id": "x", "index": 0,
+                     "total": 1, "base_url": "", "student": student, "last_name": "", "first_name": "",
+                     "notebook_path": ""}
+        html, _ = exporter.from_filename(str(root / "autograded" / student / A / hostile_class.NB), resources=resources)
+        (root / "feedback" / student / A / "formgrade.html").write_text(html)
+
+    def check_formgrader():
+        for student in ("zz_html", "zz_html2"):
+            html = (root / "feedback" / student / A / "formgrade.html").read_text()
+            collector = Collector()
+            collector.feed(html)
+            assert not any("owned" in a or "alert(1)" in a for a in collector.active), ("formgrader", collector.active)
+            assert not any(line in html for line in hidden_lines) and secret not in html
+
+    check_formgrader()
     for student in ("zz_html", "zz_html2"):  # what formgrader and released feedback render
         done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", A, "--student", student,
                                "--force"], cwd=root, env=hostile_class.demo.nbgrader_env(), capture_output=True, text=True)
