@@ -62,3 +62,18 @@ def test_release_holds_no_solution(assignment):
         left = {line.strip() for line in answer.source.splitlines()}
         for line in solution_lines(cell.source):
             assert line not in left, f"{tools.grade_id(cell)}: solution line in the release: {line}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_grader_gives_the_solution_full_marks_and_the_blank_release_zero(assignment, tmp_path):
+    from autograder import sandbox
+
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    source = tools.read(next((tools.REPO_ROOT / "source" / assignment).glob("*.ipynb")))
+    release = tools.read(next((tools.REPO_ROOT / "release" / assignment).glob("*.ipynb")))
+    reports = tools.grade_class(assignment, tmp_path / "course", {"solution": source, "blank": release})
+    solution, blank = reports["solution"], reports["blank"]
+    assert solution["total"] == solution["max_total"] > 0, [(i["grade_id"], i["status"], i["message"])
+                                                            for i in solution["items"] if i["status"] != "passed"]
+    assert blank["total"] == 0 and all(i["status"] in ("failed", "error") for i in blank["items"]), blank["items"]
