@@ -13,6 +13,7 @@ import importlib.util
 import io
 import json
 import secrets
+import sys
 import tempfile
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
@@ -131,6 +132,7 @@ def load_items(assignment: str) -> list[Item]:
         raise SystemExit(f"No hidden checks for {assignment!r}: expected {path}.")
     spec = importlib.util.spec_from_file_location(f"autograder.checks.a_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return list(module.ITEMS)
 

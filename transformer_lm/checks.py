@@ -507,6 +507,9 @@ def generate_records(config: reference.GPTConfig, generator: torch.Generator, ba
                      max_new_tokens: int):
     """A reference GPT's weights, a prompt, and its greedy continuation (``top_k=1``)."""
     model = randomize(reference.GPT(config), generator, scale=0.5).eval()
+    for module in model.modules():  # random LayerNorm biases would push every position to one token
+        if isinstance(module, torch.nn.LayerNorm):
+            module.reset_parameters()
     idx = torch.randint(config.vocab_size, (batch, prompt), generator=generator)
     expected = {"output": model.generate(idx, max_new_tokens, top_k=1)}
     state = {n: p.detach().clone() for n, p in model.named_parameters()}

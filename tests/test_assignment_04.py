@@ -1,0 +1,616 @@
+"""Assignment 04 (minGPT): the release, the solution and its training run, the student's start,
+and grading through the real grader.
+
+Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
+python3 kernel, and ``autograder grade`` grades a small class in a sandbox, in one call. The
+solution (training included) and the release are executed once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import notebook_tools as tools
+from autograder import sandbox
+
+ASSIGNMENT = "04_mingpt"
+SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
+RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
+NOTEBOOK = "mingpt.ipynb"
+
+POINTS = {"mingpt_attention": 3, "block": 1, "gpt": 2, "generate": 2, "kv_cache": 2}
+# Cells the grader must not run: training, timing, plots, and everything that needs the trained model.
+SKIPPED = {"verbose-demo", "init-loss", "training", "evaluation", "kv-trained", "kv-speed", "maps"}
+TARGET = 95.0   # percent of held-out sums, as the notebook states it
+
+# Seed 000's own solution, as a student would paste it over the answer cell: its imports and its
+# whole class, with the debug prints and the row-sum check, and forward(self, x) without a cache.
+SEED_ATTENTION = '''import math
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """A vanilla multi-head masked self-attention layer."""
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+
+        # key, query, value projections for all heads
+        self.key = nn.Linear(config.n_embd, config.n_embd)
+        self.query = nn.Linear(config.n_embd, config.n_embd)
+        self.value = nn.Linear(config.n_embd, config.n_embd)
+
+        # regularization
+        self.attn_drop = nn.Dropout(config.attn_pdrop)
+        self.resid_drop = nn.Dropout(config.resid_pdrop)
+
+        # output projection
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+
+        # causal mask to ensure that attention is only applied to the left in the input sequence
+        self.register_buffer(
+            "mask",
+            torch.tril(torch.ones(config.block_size, config.block_size)).view(
+                1, 1, config.block_size, config.block_size
+            ),
+        )
+        self.n_head = config.n_head
+
+    def forward(self, x):
+        """The forward pass for the multi-head masked self-attention layer.
+
+        In this exercise, we include lots of print statements and checks to help you
+        understand the code and the shapes of the tensors. When actually training
+        such a model you would not log this information to the console.
+        """
+
+        # batch size, sequence length (in tokens), embedding dimensionality (n_embd per token)
+        B, T, C = x.size()
+        hs = C // self.n_head  # head size
+
+        # print some debug information
+        print(f"batch size: {B}")
+        print(f"sequence length: {T}")
+        print(f"embedding dimensionality: {C}")
+        print(f"number of heads: {self.n_head}")
+        print(f"head size: {hs}")
+
+        # calculate query, key, values for all heads in batch and move head forward to be the batch dim
+        # resulting dims for k, q, and v are (B, n_head, T, hs)
+        k = self.key(x).view(B, T, self.n_head, hs).transpose(1, 2)
+        q = self.query(x).view(B, T, self.n_head, hs).transpose(1, 2)
+        v = self.value(x).view(B, T, self.n_head, hs).transpose(1, 2)
+
+        # === EXERCISE START: IMPLEMENT THE MULTI-HEAD ATTENTION ===
+
+        #######################################################################
+        # TODO: multiply q and k_t matrices, then divide by the square root of d_k
+        print("=== Calculate MatrixMultiplication(Q, K_T) / sqrt(d_k) ===")
+
+        k_t = k.transpose(-2, -1)  # what is the shape of k_t?
+        d_k = k.size(-1)
+
+        # Matrix multiplication (hint: not "*")
+        # att = <TODO>
+        att = q @ k_t / math.sqrt(d_k)  # Solution
+
+        print(f"q.shape: {q.shape}")
+        print(f"k_t.shape: {k_t.shape}")
+        print(f"d_k: {d_k}")
+        print(f"att.shape: {att.shape}")
+
+        #######################################################################
+        # TODO: set the mask fill value to negative infinity
+        print("=== Apply the attention mask ===")
+
+        # masked_fill_value = <TODO>
+        masked_fill_value = float("-inf")  # Solution
+
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, masked_fill_value)
+
+        # Show the result of applying the mask
+        print(f"att: {att}")
+
+        #######################################################################
+        # TODO: apply softmax
+        print("=== Softmax ===")
+
+        # att = F.softmax(att, dim=<TODO>)
+        att = F.softmax(att, dim=-1)  # Solution
+
+        att = self.attn_drop(att)
+
+        # Show the result of applying the softmax and check that
+        # the sum of the attention weights in each row is 1
+        print(f"att.shape: {att.shape}")
+        print(f"att: {att}")
+        print(f"att.sum(dim=-1): {att.sum(dim=-1)}")
+        att_rows_sum_to_one = all(
+            ((att.sum(dim=-1) - 1.0) ** 2 < 1e-6).flatten().tolist()
+        )
+        print(f"att_rows_sum_to_one: {att_rows_sum_to_one}")
+        if not att_rows_sum_to_one:
+            raise ValueError(
+                "Attention weight rows do not sum to 1. Perhaps the softmax dimension or masked_fill_value is not correct?"
+            )
+
+        ######################################################################
+        # TODO: multiply att and v matrices
+        # (B, n_head, T, T) x (B, n_head, T, hs) -> (B, n_head, T, hs)
+        print("=== Calculate final attention ===")
+
+        # y = <TODO>
+        y = att @ v  # Solution
+
+        print(f"y.shape: {y.shape}")
+
+        ######################################################################
+
+        # === EXERCISE END: IMPLEMENT THE MULTI-HEAD ATTENTION ===
+
+        # re-assemble all head outputs side by side
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+
+        # output projection
+        y = self.resid_drop(self.proj(y))
+        return y
+'''
+
+# A KV cache that slides instead of restarting: when it is full it drops the oldest keys and values
+# and goes on, but every cached key was computed at a position that has since moved.
+SLIDING_CACHE = '''def generate_with_cache(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    block_size = model.config.block_size
+    kv_cache = None
+    for _ in range(max_new_tokens):
+        if kv_cache is None:
+            kv_cache = [{} for _ in model.blocks]
+            logits, _ = model(idx[:, -block_size:], kv_cache=kv_cache)
+        else:
+            if kv_cache[0]["k"].size(2) == block_size:
+                for cache in kv_cache:
+                    cache["k"], cache["v"] = cache["k"][:, :, 1:], cache["v"][:, :, 1:]
+            logits, _ = model(idx[:, -1:], kv_cache=kv_cache)
+        next_token = sample_next_token(logits[:, -1, :], temperature, top_k)
+        idx = torch.cat([idx, next_token], dim=1)
+    return idx
+'''
+
+SCALED_SCORES = "att = (q @ k.transpose(-2, -1)) / math.sqrt(d_k)"
+MASK_FILL = 'att = att.masked_fill(mask == 0, float("-inf"))'
+MEAN_LOSS = "targets.view(-1), ignore_index=-1)"
+CROP = "context = idx[:, -model.config.block_size:]"
+FIRST_BLOCK = "context = idx[:, :model.config.block_size]"   # the first block_size tokens, not the last
+
+
+def squeeze(text: str) -> str:
+    """Whitespace collapsed, so that torch's column padding does not matter."""
+    return re.sub(r"\s+", " ", text)
+
+
+def solution_bodies(nb) -> dict[str, list[str]]:
+    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
+    bodies = {}
+    for cell in tools.graded_cells(nb, kind="solution"):
+        inside, lines = False, []
+        for line in cell.source.splitlines():
+            if "### BEGIN SOLUTION" in line:
+                inside = True
+            elif "### END SOLUTION" in line:
+                inside = False
+            elif inside and line.strip():
+                lines.append(line.strip())
+        bodies[tools.grade_id(cell)] = lines
+    return bodies
+
+
+def answer(source_nb, grade_id: str, old: str | None = None, new: str | None = None) -> str:
+    """The source's answer cell ``grade_id``, with ``old`` replaced by ``new`` (exactly once)."""
+    text = tools.cell_by_grade_id(source_nb, grade_id).source
+    if old is None:
+        return text
+    assert text.count(old) == 1, f"{old!r} is not in the answer {grade_id} exactly once"
+    return text.replace(old, new)
+
+
+def release_with(answers: dict[str, str]):
+    """The committed release with answer cells replaced, as a student would fill them."""
+    nb = tools.read(RELEASE_DIR / NOTEBOOK)
+    for grade_id, source in answers.items():
+        nb = tools.replace_solution(nb, grade_id, source)
+    return nb
+
+
+def no_scaling(source_nb) -> str:
+    return answer(source_nb, "mingpt_attention", SCALED_SCORES, "att = q @ k.transpose(-2, -1)")
+
+
+def zero_fill(source_nb) -> str:
+    return answer(source_nb, "mingpt_attention", MASK_FILL, "att = att.masked_fill(mask == 0, 0.0)")
+
+
+@pytest.fixture(scope="module")
+def source_nb():
+    return tools.read(SOURCE_DIR / NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def solved(source_nb):
+    """The solution notebook, training included, executed once, and how long it took."""
+    start = time.perf_counter()
+    nb = tools.execute(source_nb, cwd=SOURCE_DIR, timeout=230)
+    return nb, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def released_run():
+    """The committed student notebook, executed with errors allowed."""
+    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
+
+
+@pytest.fixture(scope="module")
+def graded(source_nb, tmp_path_factory):
+    """One class graded by the real grader in one call, each submission the release filled in:
+
+    * ``solution``: the source's answers;
+    * ``seed``: seed 000's own class pasted over the attention answer, the rest as the solution;
+    * ``no_scaling`` and ``zero_fill``: the solution's attention without the 1/sqrt(d_k), and with
+      the masked scores filled with 0;
+    * ``loss_and_crop``: a loss summed instead of averaged, and generation that never crops its
+      context; the attention, the block and the KV cache are the solution's.
+
+    Returns the reports by student, each item by grade_id, and the course folder.
+    """
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    solution = {gid: answer(source_nb, gid) for gid in POINTS}
+    submissions = {
+        "solution": release_with(solution),
+        "seed": release_with({**solution, "mingpt_attention": SEED_ATTENTION}),
+        "no_scaling": release_with({**solution, "mingpt_attention": no_scaling(source_nb)}),
+        "zero_fill": release_with({**solution, "mingpt_attention": zero_fill(source_nb)}),
+        "loss_and_crop": release_with({
+            **solution,
+            "gpt": answer(source_nb, "gpt", MEAN_LOSS, 'targets.view(-1), ignore_index=-1, reduction="sum")'),
+            "generate": answer(source_nb, "generate", CROP, "context = idx"),
+        }),
+    }
+    course = tmp_path_factory.mktemp("course")
+    started = time.perf_counter()
+    reports = tools.grade_class(ASSIGNMENT, course, submissions)
+    seconds = time.perf_counter() - started
+    by_item = {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
+               for student, report in reports.items()}
+    return by_item, course, seconds
+
+
+def solution_namespace(source_nb, replacements: dict[str, str] | None = None) -> dict:
+    """The notebook's setup, config and answer cells (``replacements`` by grade_id instead of the
+    solution's), executed here in one namespace, as a kernel that ran them would hold them."""
+    namespace: dict = {}
+    replacements = replacements or {}
+    for cell in source_nb.cells:
+        gid = tools.grade_id(cell)
+        if cell.id in ("setup", "config") or gid in POINTS:
+            exec(replacements.get(gid, cell.source), namespace)
+    return namespace
+
+
+def visible_check_of(source_nb, test_id: str, replacements: dict[str, str]) -> str:
+    """Runs the test cell ``test_id`` here on the solution with ``replacements``; returns what it
+    printed, then ``CheckFailed: ...`` if it failed."""
+    import contextlib
+    import io
+
+    from transformer_lm import checks
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        namespace = solution_namespace(source_nb, replacements)
+        try:
+            exec(tools.cell_by_grade_id(source_nb, test_id).source, namespace)
+        except checks.CheckFailed as failure:
+            return printed.getvalue() + f"CheckFailed: {failure}"
+    return printed.getvalue()
+
+
+def hidden_verdicts(namespace: dict, grade_id: str, secret: bytes) -> list:
+    """The hidden checks of ``grade_id`` judged on objects of ``namespace``, without the sandbox:
+    each probe called here as the harness would call it."""
+    from autograder.grading import generator_for, load_items
+    from transformer_lm import probes
+
+    item = next(i for i in load_items(ASSIGNMENT) if i.grade_id == grade_id)
+    verdicts = []
+    for index, check in enumerate(item.checks):
+        prepared = check.prepare(generator_for(secret, ASSIGNMENT, grade_id, index))
+        arguments = dict(prepared.call.arguments)
+        for name, tensor in prepared.call.tensors.items():
+            outer, _, inner = name.partition("/")
+            if inner:
+                arguments.setdefault(outer, {})[inner] = tensor
+            else:
+                arguments[name] = tensor
+        objects = {argument: namespace[name] for argument, name in prepared.call.objects.items()}
+        record = getattr(probes, prepared.call.probe)(**objects, **arguments)
+        verdicts.append(prepared.judge(record, None))
+    return verdicts
+
+
+# --------------------------------------------------------------------------------------
+# The source notebook's shape
+# --------------------------------------------------------------------------------------
+
+
+def test_source_is_clean_and_graded_as_planned(source_nb):
+    assert source_nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"outputs left in cell {cell.id}"
+    setup = tools.cell_by_grade_id(source_nb, "setup")
+    assert source_nb.cells.index(setup) < 3 and setup.metadata["nbgrader"]["locked"]
+    assert "transformer_lm" not in setup.source
+
+    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")}
+    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
+    assert sum(tests.values()) == 10
+    for name, points in POINTS.items():
+        index = source_nb.cells.index(tools.cell_by_grade_id(source_nb, name))
+        assert tools.grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
+        heading = source_nb.cells[index - 1]
+        assert heading.cell_type == "markdown"
+        assert f"({points} point{'s' if points > 1 else ''})" in heading.source.splitlines()[0]
+
+    # Demonstrations carry the tag the grader honours; cells it runs never import the reference.
+    tagged = {c.id for c in source_nb.cells if "skip-grading" in c.metadata.get("tags", [])}
+    assert tagged == SKIPPED
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and cell.id not in tagged and tools.grade_id(cell) not in tests:
+            assert "reference" not in cell.source and "import matplotlib" not in cell.source, cell.id
+    assert "target: above 95%" in next(c for c in source_nb.cells if c.id == "evaluation").source
+    assert "above 95% on the 1,000 held-out sums" in next(c for c in source_nb.cells if c.id == "addition-md").source
+
+
+def test_answers_keep_the_seed_api_and_library_attention_out(source_nb):
+    from transformer_lm.checks import mentioned_names
+
+    for name in POINTS:
+        used = {"scaled_dot_product_attention", "MultiheadAttention",
+                "multi_head_attention_forward"} & mentioned_names(tools.cell_by_grade_id(source_nb, name).source)
+        assert not used, f"the answer {name} mentions {used}"
+    attention = tools.cell_by_grade_id(source_nb, "mingpt_attention").source
+    for member in ("self.key = nn.Linear(config.n_embd, config.n_embd)", "self.query =", "self.value =",
+                   "self.proj =", "self.attn_drop = nn.Dropout(config.attn_pdrop)",
+                   "self.resid_drop = nn.Dropout(config.resid_pdrop)",
+                   "torch.tril(torch.ones(config.block_size, config.block_size))",
+                   ".view(1, 1, config.block_size, config.block_size)", "self.n_head = config.n_head",
+                   "self.verbose = False"):
+        assert member in attention, member
+
+
+# --------------------------------------------------------------------------------------
+# 1. The committed release is what nbgrader makes from the source, without solutions
+# --------------------------------------------------------------------------------------
+
+
+def test_release_is_what_nbgrader_makes(request, tmp_path):
+    """The real nbgrader makes the release from the source in a course folder of its own (the
+    one ``grade_class`` has just made, where there is a sandbox to grade with): it must be the
+    committed one, equal as JSON."""
+    if sandbox.detect_isolation().name == "bubblewrap":
+        _, course, _ = request.getfixturevalue("graded")
+        fresh_dir = course / "release" / ASSIGNMENT
+    else:
+        fresh_dir = tools.generate_release(ASSIGNMENT, tmp_path / "course")
+    assert sorted(p.name for p in fresh_dir.glob("*.ipynb")) == sorted(p.name for p in RELEASE_DIR.glob("*.ipynb"))
+    fresh = json.loads((fresh_dir / NOTEBOOK).read_text())
+    committed = json.loads((RELEASE_DIR / NOTEBOOK).read_text())
+    assert fresh == committed, f"release/{ASSIGNMENT}/{NOTEBOOK} is stale: run nbgrader generate_assignment"
+
+
+def test_release_contains_no_solutions(source_nb):
+    release = tools.read(RELEASE_DIR / NOTEBOOK)
+    text = "\n".join(cell.source for cell in release.cells)
+    assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
+    bodies = solution_bodies(source_nb)
+    assert set(bodies) == set(POINTS)
+    for name, lines in bodies.items():
+        assert lines, f"{name}: no solution body in the source"
+        cell = tools.cell_by_grade_id(release, name)
+        assert "raise NotImplementedError()" in cell.source
+        left = {line.strip() for line in cell.source.splitlines()}
+        for line in lines:
+            if re.search(r"[A-Za-z]", line):
+                assert line not in left, f"{name}: solution line left in the release: {line}"
+        assert squeeze(" ".join(lines)) not in squeeze(text)
+    code = "\n".join(cell.source for cell in release.cells if cell.cell_type == "code")
+    for needle in ("masked_fill(", "F.softmax(", "F.cross_entropy(", "torch.multinomial(", "torch.topk(",
+                   "[{} for _ in model.blocks]"):
+        assert needle not in code, f"{needle} is in a code cell of the release"
+    # The skeleton keeps the seed's API and gives every constructor.
+    for signature in ("class MultiHeadSelfAttention(nn.Module):", "def forward(self, x, kv_cache=None):",
+                      "self.register_buffer(\"mask\"", "class Block(nn.Module):",
+                      "self.mlp = nn.Sequential(", "class GPT(nn.Module):",
+                      "self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))",
+                      "self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])",
+                      "self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)",
+                      "def forward(self, idx, targets=None, kv_cache=None):",
+                      "def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=False):",
+                      "def sample_next_token(logits, temperature=1.0, top_k=None):",
+                      "def generate_tokens(model, idx, max_new_tokens, temperature=1.0, top_k=None):",
+                      "def generate_with_cache(model, idx, max_new_tokens, temperature=1.0, top_k=None):"):
+        assert signature in text, signature
+
+
+# --------------------------------------------------------------------------------------
+# 2. The solution runs top to bottom, trains to its target, and every visible check passes
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_runs_and_reaches_its_target(solved):
+    nb, seconds = solved
+    assert seconds < 240, f"the solution notebook took {seconds:.1f} s"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
+    outputs = {c.id: tools.text_outputs(c) for c in nb.cells if c.cell_type == "code"}
+    found = re.search(r"held-out exact-match accuracy: ([0-9.]+)% \((\d+) of 1000 sums\)", outputs["evaluation"])
+    assert found, outputs["evaluation"]
+    assert float(found.group(1)) > TARGET, outputs["evaluation"]
+    training = next(c for c in nb.cells if c.id == "training")
+    assert "training: 100%" in outputs["training"] and "2000/2000" in outputs["training"]   # the tqdm bar
+    assert any("image/png" in o.get("data", {}) for o in training.outputs)                 # the loss curve
+    assert re.search(r"2000 steps in \d+ s", outputs["training"])
+    # verbose is off by default: training prints no shapes.
+    assert "(B, n_head" not in outputs["training"] and "(B, n_head, T, hs)" in outputs["verbose-demo"]
+
+
+def test_every_visible_check_passes_in_the_solution(solved):
+    nb, _ = solved
+    for name in POINTS:
+        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
+        assert output.strip(), f"{name}_test printed nothing"
+        assert "orrect" in output or "generate_with_cache: the tokens" in output, output
+    fingerprint = tools.text_outputs(tools.cell_by_grade_id(nb, "mingpt_attention_test"))
+    assert "gradient fingerprint: [161, 13, 294, 0, 37187, 432]" in fingerprint
+
+
+def test_kv_cache_changes_no_token_and_saves_time(solved):
+    nb, _ = solved
+    outputs = {c.id: tools.text_outputs(c) for c in nb.cells if c.cell_type == "code"}
+    assert "the same tokens with and without the cache: True" in outputs["kv-trained"]
+    assert "the same tokens: True" in outputs["kv-speed"]
+    speed_up = re.search(r"speed-up: ([0-9.]+)x", outputs["kv-speed"])
+    assert speed_up and float(speed_up.group(1)) > 1.0, outputs["kv-speed"]
+
+
+def test_attention_maps_are_drawn_for_every_layer(solved):
+    nb, _ = solved
+    maps = next(c for c in nb.cells if c.id == "maps")
+    assert sum("image/png" in o.get("data", {}) for o in maps.outputs) == 2
+    assert "viz.plot_heads(block.attn.last_att[0]" in maps.source
+
+
+# --------------------------------------------------------------------------------------
+# 3. A student's first run: every check says TODO, nothing else breaks
+# --------------------------------------------------------------------------------------
+
+
+def test_release_reports_todo_everywhere(released_run):
+    test_ids = {f"{name}_test" for name in POINTS}
+    for cell in released_run.cells:
+        if cell.cell_type != "code":
+            continue
+        found = tools.errors(cell)
+        if tools.grade_id(cell) in test_ids:
+            assert found, f"{tools.grade_id(cell)} passed on an empty answer"
+        for ename, evalue in found:
+            todo = ename == "CheckFailed" and "TODO" in evalue
+            assert todo or ename == "NotImplementedError", (
+                f"cell {cell.id} ({tools.grade_id(cell)}) fails with {ename}: {evalue}")
+            if tools.grade_id(cell) in test_ids:
+                assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
+    # Cells that need no student code still run.
+    text = "".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code")
+    assert "79+61=041" in text and "target: [-1, -1, -1, -1, -1, 0, 4, 1]" in text
+
+
+# --------------------------------------------------------------------------------------
+# 4. The real grader: full marks, seed 000's code, the seed's two diagnosed mistakes
+# --------------------------------------------------------------------------------------
+
+
+def test_solution_gets_full_marks(graded):
+    reports, _, _ = graded
+    report = reports["solution"][""]
+    assert report["total"] == report["max_total"] == 10
+    for item in report["items"]:
+        assert item["status"] == "passed", item
+    assert report["flags"] == []
+
+
+def test_seed_code_gets_full_marks_on_the_attention(graded, source_nb):
+    reports, _, _ = graded
+    item = reports["seed"]["mingpt_attention"]
+    assert (item["status"], item["score"]) == ("passed", 3), item
+    # The seed's forward(self, x) takes no kv_cache, which the block hands it: the block says so.
+    assert reports["seed"]["block"]["status"] in ("failed", "error")
+    assert "kv_cache" not in SEED_ATTENTION
+    # Its visible check passes too, fingerprint and all.
+    printed = visible_check_of(source_nb, "mingpt_attention_test", {"mingpt_attention": SEED_ATTENTION})
+    assert "CheckFailed" not in printed and "[161, 13, 294, 0, 37187, 432]" in printed
+
+
+def test_missing_scaling_loses_the_item_and_is_named(graded, source_nb):
+    reports, _, _ = graded
+    item = reports["no_scaling"]["mingpt_attention"]
+    assert (item["status"], item["score"]) == ("failed", 0), item
+    assert item["mistake"] == "scores not scaled by 1/sqrt(d_k)"
+    printed = visible_check_of(source_nb, "mingpt_attention_test", {"mingpt_attention": no_scaling(source_nb)})
+    assert "gradient fingerprint: [1, 0, 2, 0, 38787, 432]" in printed
+    assert "Likely mistake: scores not scaled by 1/sqrt(d_k)" in printed
+
+
+def test_zero_mask_fill_loses_the_item_and_is_named(graded, source_nb):
+    reports, _, _ = graded
+    item = reports["zero_fill"]["mingpt_attention"]
+    assert (item["status"], item["score"]) == ("failed", 0), item
+    assert item["mistake"] == "masked scores filled with 0 instead of -inf"
+    printed = visible_check_of(source_nb, "mingpt_attention_test", {"mingpt_attention": zero_fill(source_nb)})
+    assert re.search(r"gradient fingerprint: \[\d+, \d+, \d+, \d+, \d+, 432\]", printed)
+    assert "masked scores filled with 0 instead of -inf" in printed and "float('-inf')" in printed
+
+
+def test_summed_loss_and_uncropped_context_each_lose_their_item_only(graded):
+    reports, _, _ = graded
+    student = reports["loss_and_crop"]
+    assert (student["gpt"]["status"], student["gpt"]["score"]) == ("failed", 0)
+    assert "sum over the positions" in student["gpt"]["message"]
+    assert student["generate"]["status"] in ("failed", "error") and student["generate"]["score"] == 0
+    assert "block_size" in student["generate"]["message"]
+    for name in ("mingpt_attention", "block", "kv_cache"):
+        assert student[name]["status"] == "passed", student[name]
+
+
+def test_context_mistakes_in_generation_are_caught(source_nb):
+    """Greedy tokens only reveal a generate that reads the wrong context when the model's next
+    token depends on the context: the visible checks use such weights (seed=7), the hidden checks
+    reset the LayerNorms of random weights. Both must catch generation from the first block_size
+    tokens, and a KV cache that slides instead of restarting."""
+    first_block = {"generate": answer(source_nb, "generate", CROP, FIRST_BLOCK)}
+    sliding = {"kv_cache": SLIDING_CACHE}
+    printed = visible_check_of(source_nb, "generate_test", first_block)
+    assert "the tokens differ from the reference's greedy tokens" in printed, printed
+    printed = visible_check_of(source_nb, "kv_cache_test", sliding)
+    assert "the tokens differ from the reference's greedy tokens" in printed, printed
+    for secret in (b"one course", b"another course", b"a third course"):
+        assert all(v.passed for v in hidden_verdicts(solution_namespace(source_nb), "generate", secret))
+        assert all(v.passed for v in hidden_verdicts(solution_namespace(source_nb), "kv_cache", secret))
+        failed = [v for v in hidden_verdicts(solution_namespace(source_nb, first_block), "generate", secret)
+                  if not v.passed]
+        assert failed and "the greedy tokens differ from the reference's" in failed[0].message
+        failed = [v for v in hidden_verdicts(solution_namespace(source_nb, sliding), "kv_cache", secret)
+                  if not v.passed]
+        assert failed and "did the cache restart from the last block_size tokens?" in failed[0].message
+
+
+def test_a_cache_that_is_not_used_fails_the_visible_check(source_nb):
+    """The grader only compares tokens, which a cache that is never used gets right too; the
+    visible check counts the tokens the model sees at each step."""
+    unused = ("def generate_with_cache(model, idx, max_new_tokens, temperature=1.0, top_k=None):\n"
+              "    return generate_tokens(model, idx, max_new_tokens, temperature, top_k)\n")
+    printed = visible_check_of(source_nb, "kv_cache_test", {"kv_cache": unused})
+    assert "ran the model on [2, 3, 4, 5] tokens per step" in printed, printed
+
+
+def test_grading_takes_seconds_per_submission(graded):
+    """Five submissions, the release made by nbgrader included, with two workers."""
+    _, _, seconds = graded
+    assert seconds < 5 * 10, f"grading the class took {seconds:.1f} s"
