@@ -238,10 +238,73 @@ class ModuleCheck:
 
 
 @dataclass(frozen=True)
+class LossCheck:
+    """``GPT.forward(idx, targets)`` returns ``(logits, loss)``: the logits and the mean
+    cross-entropy over the positions whose target is not -1 must be the reference's, for the
+    reference's randomized weights loaded by name. (``ModuleCheck`` compares the first output
+    only; the probe records the second one as ``weights``, which this check judges as the loss.)"""
+
+    object: str
+    config: dict
+    batch: int
+    seq: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        from transformer_lm import reference
+
+        cfg = reference.GPTConfig(**self.config)
+        model = checks.randomize(reference.GPT(cfg), generator).eval()
+        idx = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
+        targets = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
+        targets[torch.rand(targets.shape, generator=generator) < 0.4] = -1
+        targets[0, 0], targets[-1, -1] = -1, 0   # at least one position left out, one that counts
+        with torch.no_grad():
+            logits, loss = model(idx, targets)
+            flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
+            summed = torch.nn.functional.cross_entropy(flat_logits, flat_targets, ignore_index=-1, reduction="sum")
+            counted = flat_targets != -1
+            every_position = torch.nn.functional.cross_entropy(
+                flat_logits, flat_targets.clamp(min=0), reduction="none").masked_fill(~counted, 0.0).mean()
+        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        plain, flat = _flatten({"init": {"config": self.config}, "state": state,
+                                "inputs": {"idx": idx, "targets": targets}})
+
+        def judge(record, value) -> Verdict:
+            if "output" not in record:
+                return Verdict("failed", "forward(idx, targets) produced no logits.")
+            problem = checks.difference("the logits of forward(idx, targets)", record["output"], logits, values=False)
+            if problem:
+                return Verdict("failed", problem)
+            if "weights" not in record:
+                return Verdict("failed", "forward(idx, targets) returned loss=None; with targets it must return "
+                                         "(logits, loss).")
+            got = record["weights"]
+            if got.numel() != 1:
+                return Verdict("failed", f"the loss has shape {tuple(got.shape)}; expected a single number, the "
+                                         "mean over the positions that count.")
+            got = got.reshape(())
+            problem = checks.difference("the loss", got, loss, values=False)
+            if problem is None:
+                return Verdict("passed", "Correct: the logits and the loss match the reference.")
+            if checks.difference("the loss", got, summed) is None:
+                problem += " It is the sum over the positions; the loss is their mean (F.cross_entropy's default)."
+            elif checks.difference("the loss", got, every_position) is None:
+                problem += (" The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
+                            "F.cross_entropy.")
+            return Verdict("failed", problem)
+
+        return Prepared(ProbeCall("probe_module", {"cls": self.object}, plain, flat), judge)
+
+
+@dataclass(frozen=True)
 class GenerateCheck:
-    """Greedy generation (``top_k=1``, plus ``call_kwargs``) from the student's model with a
-    reference model's weights must give the reference's tokens; a prompt longer than the
-    block size tests the cropping."""
+    """Greedy generation (``top_k=1``, plus ``call_kwargs``) from the student's GPT with a
+    randomized reference model's weights (LayerNorms left as the identity, so that greedy
+    tokens depend on the context: :func:`transformer_lm.checks.generate_records`) must give the
+    reference's tokens, made without a cache. A prompt longer than ``block_size`` tests the
+    cropping. A failure says where the tokens part from the reference's: the shape, the
+    prompt, or the first new token that differs, and whether the context had outgrown
+    ``block_size`` by then."""
 
     object: str
     config: dict
@@ -253,11 +316,43 @@ class GenerateCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         from transformer_lm import reference
 
-        state, idx, expected = checks.generate_records(reference.GPTConfig(**self.config), generator, self.batch,
-                                                       self.prompt, self.max_new_tokens)
+        cfg = reference.GPTConfig(**self.config)
+        state, idx, expected = checks.generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
+        expected = expected["output"]
         plain, flat = _flatten({"init": {"config": self.config}, "state": state, "idx": idx,
-                                "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}})
-        return Prepared(ProbeCall("probe_generate", {"cls": self.object}, plain, flat), _judge_record(expected))
+                                "max_new_tokens": self.max_new_tokens,
+                                "call_kwargs": {"top_k": 1, **self.call_kwargs}})
+        call = "generate(idx, max_new_tokens, top_k=1" + "".join(
+            f", {k}={v!r}" for k, v in self.call_kwargs.items()) + ")"
+        new = self.max_new_tokens
+
+        def judge(record, value) -> Verdict:
+            got = record.get("output")
+            if got is None or tuple(got.shape) != tuple(expected.shape):
+                shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                return Verdict("failed", f"{call} on a prompt of shape {tuple(idx.shape)} with max_new_tokens={new} "
+                                         f"returned {shape}; expected {tuple(expected.shape)}: the prompt followed "
+                                         f"by the new tokens.")
+            got = got.long()
+            if torch.equal(got, expected):
+                return Verdict("passed", "Correct: the greedy tokens are the reference's.")
+            if not torch.equal(got[:, :self.prompt], idx):
+                return Verdict("failed", f"{call} returned a tensor that does not start with the prompt; it must "
+                                         "return the prompt followed by the new tokens.")
+            first = int((got != expected).any(dim=0).nonzero()[0])
+            outgrown = ""
+            if first >= cfg.block_size:
+                cached = self.call_kwargs.get("use_cache")
+                question = ("did the cache restart from the last block_size tokens?" if cached
+                            else "was it cropped to its last block_size tokens?")
+                outgrown = f" By then the context ({first} tokens) was longer than block_size={cfg.block_size}: " \
+                           + question
+            return Verdict("failed", f"{call}: the greedy tokens differ from the reference's from new token "
+                                     f"{first - self.prompt + 1} of {new} on.{outgrown} Generation runs your "
+                                     "whole model: if the checks of the attention, the block or GPT.forward fail, "
+                                     "fix those first.")
+
+        return Prepared(ProbeCall("probe_generate", {"cls": self.object}, plain, flat), judge)
 
 
 @dataclass(frozen=True)
