@@ -1,0 +1,20 @@
+"""`autograder demo`, the README's main job, runs end to end and prints the class's table."""
+
+import subprocess
+import sys
+
+import pytest
+
+from autograder import sandbox
+
+
+@pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
+def test_demo_grades_its_class(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "autograder", "demo", "--keep", str(tmp_path / "demo")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()
+            if line.split() and line.split()[0] in ("ada_solution", "bo_blank", "cy_mistake", "dee_cheater")}
+    assert rows == {"ada_solution": "10/10", "bo_blank": "0/10", "cy_mistake": "8/10", "dee_cheater": "0/10"}
+    assert "Isolation: bubblewrap" in done.stdout and "flag dee_cheater" in done.stdout
+    assert (tmp_path / "demo" / "feedback" / "cy_mistake" / "01_attention_basics" / "attention_basics.html").exists()
