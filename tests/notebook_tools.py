@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -103,6 +104,36 @@ def generate_release(assignment: str, course_root_copy, *, course_root=REPO_ROOT
         raise RuntimeError(f"nbgrader generate_assignment {assignment} failed (exit {result.returncode}):\n"
                            f"{result.stdout}\n{result.stderr}")
     return release
+
+
+def execute_timed(path_or_nb, *, cwd, timeout: int = 120) -> tuple[NotebookNode, float]:
+    """:func:`execute` without errors allowed, and how many seconds it took."""
+    start = time.perf_counter()
+    nb = execute(path_or_nb, cwd=cwd, timeout=timeout)
+    return nb, time.perf_counter() - start
+
+
+def squeeze(text: str) -> str:
+    """Whitespace collapsed, so that torch's column padding does not matter."""
+    return re.sub(r"\s+", " ", text)
+
+
+def solution_lines(source: str) -> list[str]:
+    """The non-empty lines between BEGIN and END SOLUTION, stripped."""
+    inside, lines = False, []
+    for line in source.splitlines():
+        if "### BEGIN SOLUTION" in line:
+            inside = True
+        elif "### END SOLUTION" in line:
+            inside = False
+        elif inside and line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+def solution_bodies(nb: NotebookNode) -> dict[str, list[str]]:
+    """For each answer cell, by grade_id, its :func:`solution_lines`."""
+    return {grade_id(cell): solution_lines(cell.source) for cell in graded_cells(nb, kind="solution")}
 
 
 def strip_ansi(text: str) -> str:

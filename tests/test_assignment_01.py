@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -101,27 +100,6 @@ class MultiHeadAttention(nn.Module):
 '''
 
 
-def squeeze(text: str) -> str:
-    """Whitespace collapsed, so that torch's column padding does not matter."""
-    return re.sub(r"\s+", " ", text)
-
-
-def solution_bodies(nb) -> dict[str, list[str]]:
-    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
-    bodies = {}
-    for cell in tools.graded_cells(nb, kind="solution"):
-        inside, lines = False, []
-        for line in cell.source.splitlines():
-            if "### BEGIN SOLUTION" in line:
-                inside = True
-            elif "### END SOLUTION" in line:
-                inside = False
-            elif inside and line.strip():
-                lines.append(line.strip())
-        bodies[tools.grade_id(cell)] = lines
-    return bodies
-
-
 @pytest.fixture(scope="module")
 def source_nb():
     return tools.read(SOURCE_DIR / NOTEBOOK)
@@ -130,9 +108,7 @@ def source_nb():
 @pytest.fixture(scope="module")
 def solved(source_nb):
     """The solution notebook, executed once, and how long it took."""
-    start = time.perf_counter()
-    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
-    return nb, time.perf_counter() - start
+    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -175,13 +151,11 @@ def test_source_is_clean_and_graded_as_planned(source_nb):
 # --------------------------------------------------------------------------------------
 
 
-
-
 def test_release_contains_no_solutions(source_nb):
     release = tools.read(RELEASE_DIR / NOTEBOOK)
     text = "\n".join(cell.source for cell in release.cells)
     assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
-    bodies = solution_bodies(source_nb)
+    bodies = tools.solution_bodies(source_nb)
     assert set(bodies) == set(POINTS)
     for name, lines in bodies.items():
         assert lines, f"{name}: no solution body in the source"
@@ -191,7 +165,7 @@ def test_release_contains_no_solutions(source_nb):
         for line in lines:
             if re.search(r"[A-Za-z]", line):   # skip lines like ")" that skeletons share
                 assert line not in left, f"{name}: solution line left in the release: {line}"
-        assert squeeze(" ".join(lines)) not in squeeze(text)
+        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
     # The skeleton keeps what a student needs to see: the signatures.
     for signature in ("def softmax_stable(x):", "def context_vectors(inputs):",
                       "class SelfAttention_v1(nn.Module):", "def __init__(self, d_in, d_out):",
@@ -217,7 +191,7 @@ def test_solution_runs_quickly(solved):
 
 def test_solution_prints_the_expected_values(solved):
     nb, _ = solved
-    text = squeeze("".join(tools.text_outputs(c) for c in nb.cells if c.cell_type == "code"))
+    text = tools.squeeze("".join(tools.text_outputs(c) for c in nb.cells if c.cell_type == "code"))
     assert "tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])" in text   # scores of x(2)
     assert "tensor([0.4419, 0.6515, 0.5683])" in text                            # z(2)
     assert "tensor([[0.2996, 0.8053]," in text                                   # SelfAttention_v1, seed 123
@@ -255,7 +229,7 @@ def test_release_reports_todo_everywhere(released_run):
             if tools.grade_id(cell) in test_ids:
                 assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
     # Cells that need no student code still show their numbers.
-    text = squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
+    text = tools.squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
     assert "tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])" in text
     assert "tensor([0.4419, 0.6515, 0.5683])" in text
 

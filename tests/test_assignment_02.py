@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -182,24 +181,6 @@ MERGED_WITHOUT_TRANSPOSE = SEED_MULTI_HEAD_SELF_ATTENTION.replace(
     "att = att.transpose(1, 2).contiguous().view(bs, seq, -1)", "att = att.contiguous().view(bs, seq, -1)")
 
 
-def solution_regions(source: str) -> list[str]:
-    """The non-empty lines between BEGIN and END SOLUTION, stripped."""
-    inside, lines = False, []
-    for line in source.splitlines():
-        if "### BEGIN SOLUTION" in line:
-            inside = True
-        elif "### END SOLUTION" in line:
-            inside = False
-        elif inside and line.strip():
-            lines.append(line.strip())
-    return lines
-
-
-def squeeze(text: str) -> str:
-    """Whitespace collapsed, so that torch's column padding does not matter."""
-    return re.sub(r"\s+", " ", text)
-
-
 def release_with(answers: dict[str, str]):
     """The committed release with answer cells replaced, as a student would fill them."""
     nb = tools.read(RELEASE_DIR / NOTEBOOK)
@@ -216,9 +197,7 @@ def source_nb():
 @pytest.fixture(scope="module")
 def solved(source_nb):
     """The solution notebook, executed once, and how long it took."""
-    start = time.perf_counter()
-    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
-    return nb, time.perf_counter() - start
+    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +266,7 @@ def test_source_is_clean_and_graded_as_planned(source_nb):
         meta = cell.metadata["nbgrader"]
         assert cell.cell_type == "markdown"
         assert meta["grade"] and meta["solution"] and not meta["locked"] and meta["points"] == 1
-        body = "\n".join(solution_regions(cell.source))
+        body = "\n".join(tools.solution_lines(cell.source))
         assert "Model answer" in body and "Grading note (TAs)" in body
 
     # Every code cell the grader does not track is a demonstration, tagged so that it does not run.
@@ -306,7 +285,7 @@ def test_solution_follows_pep8_and_comments_every_tensor(source_nb):
     for grade_id in ANSWERS:
         source = tools.cell_by_grade_id(source_nb, grade_id).source
         assert style_problems(source) == [], grade_id
-        lines = solution_regions(source)
+        lines = tools.solution_lines(source)
         for previous, line in zip([""] + lines, lines):
             statement = re.match(r"(return |[\w.]+ = )", line)
             if statement and not line.startswith("self."):
@@ -318,8 +297,6 @@ def test_solution_follows_pep8_and_comments_every_tensor(source_nb):
 # --------------------------------------------------------------------------------------
 
 
-
-
 def test_release_contains_no_solutions(source_nb):
     release = tools.read(RELEASE_DIR / NOTEBOOK)
     raw = json.dumps(release)
@@ -328,7 +305,7 @@ def test_release_contains_no_solutions(source_nb):
     text = "\n".join(cell.source for cell in release.cells)
     left_lines = {line.strip() for line in text.splitlines()}
     for grade_id in ANSWERS + WRITTEN:
-        lines = solution_regions(tools.cell_by_grade_id(source_nb, grade_id).source)
+        lines = tools.solution_lines(tools.cell_by_grade_id(source_nb, grade_id).source)
         assert lines, f"{grade_id}: no solution in the source"
         cell = tools.cell_by_grade_id(release, grade_id)
         stub = "raise NotImplementedError()" if grade_id in ANSWERS else "YOUR ANSWER HERE"
@@ -336,7 +313,7 @@ def test_release_contains_no_solutions(source_nb):
         for line in lines:
             if re.search(r"[A-Za-z]{3}", line):
                 assert line not in left_lines, f"{grade_id}: solution line left in the release: {line}"
-        assert squeeze(" ".join(lines)) not in squeeze(text)
+        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
     skeleton = tools.cell_by_grade_id(release, "multihead_self_attention").source
     assert skeleton.count("raise NotImplementedError()") == 3   # tasks 2.1, 2.2 and 2.3
     for signature in ("class SelfAttention(nn.Module):", "def __init__(self, input_size, hidden):",
@@ -372,7 +349,7 @@ def test_solution_demos_show_what_the_text_says(solved):
     for plot in ("demo-plain", "demo-causal"):   # one figure per sequence
         images = [o for o in cells[plot].outputs if o.output_type == "display_data" and "image/png" in o.data]
         assert len(images) == 3, plot
-    rows = squeeze(tools.text_outputs(cells["demo-causal"]))
+    rows = tools.squeeze(tools.text_outputs(cells["demo-causal"]))
     assert "[[1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000]," in rows   # token 0 sees only itself
     saturation = tools.text_outputs(cells["q1-demo"]).splitlines()[1:]
     largest = [float(line.split("|")[1].split()[0]) for line in saturation]

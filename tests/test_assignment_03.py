@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -41,27 +40,6 @@ INVERTED_MASK_ATTENTION = '''def my_attention(q, k, v, attn_mask=None):
 '''
 
 
-def squeeze(text: str) -> str:
-    """Whitespace collapsed, so that torch's column padding does not matter."""
-    return re.sub(r"\s+", " ", text)
-
-
-def solution_bodies(nb) -> dict[str, list[str]]:
-    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
-    bodies = {}
-    for cell in tools.graded_cells(nb, kind="solution"):
-        inside, lines = False, []
-        for line in cell.source.splitlines():
-            if "### BEGIN SOLUTION" in line:
-                inside = True
-            elif "### END SOLUTION" in line:
-                inside = False
-            elif inside and line.strip():
-                lines.append(line.strip())
-        bodies[tools.grade_id(cell)] = lines
-    return bodies
-
-
 def wrong_norm_order(source_nb) -> str:
     """The solution's decoder layer with the two LayerNorm orders swapped."""
     source = tools.cell_by_grade_id(source_nb, "transformer_decoder_layer").source
@@ -77,9 +55,7 @@ def source_nb():
 @pytest.fixture(scope="module")
 def solved(source_nb):
     """The solution notebook, executed once, and how long it took."""
-    start = time.perf_counter()
-    nb = tools.execute(source_nb, cwd=SOURCE_DIR)
-    return nb, time.perf_counter() - start
+    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -163,13 +139,11 @@ def test_diagram_is_drawn_and_torchview_only_mentioned(source_nb, solved):
 # --------------------------------------------------------------------------------------
 
 
-
-
 def test_release_contains_no_solutions(source_nb):
     release = tools.read(RELEASE_DIR / NOTEBOOK)
     text = "\n".join(cell.source for cell in release.cells)
     assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
-    bodies = solution_bodies(source_nb)
+    bodies = tools.solution_bodies(source_nb)
     assert set(bodies) == set(POINTS)
     for name, lines in bodies.items():
         assert lines, f"{name}: no solution body in the source"
@@ -179,7 +153,7 @@ def test_release_contains_no_solutions(source_nb):
         for line in lines:
             if re.search(r"[A-Za-z]", line):
                 assert line not in left, f"{name}: solution line left in the release: {line}"
-        assert squeeze(" ".join(lines)) not in squeeze(text)
+        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
     # The skeleton keeps the seed's APIs.
     for signature in ("def my_attention(q, k, v, attn_mask=None):", "class SelfAttentionHead(nn.Module):",
                       "def __init__(self, model_dim, qk_dim=None):", "self.Q = nn.Linear(model_dim, self.qk_dim)",
@@ -209,7 +183,7 @@ def test_every_check_passes_in_the_solution(solved):
         output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
         assert output.strip(), f"{name}_test printed nothing"
         assert "orrect" in output or "equals" in output or "agrees" in output, output
-    text = squeeze(tools.text_outputs(tools.cell_by_grade_id(nb, "my_attention_test")))
+    text = tools.squeeze(tools.text_outputs(tools.cell_by_grade_id(nb, "my_attention_test")))
     assert "100 random sizes" in text
     conventions = tools.text_outputs(tools.cell_by_grade_id(nb, "multiheaded_self_attention_test"))
     assert "attn_mask=allowed) equals nn.MultiheadAttention(x, x, x, attn_mask=~allowed)" in conventions
@@ -219,7 +193,7 @@ def test_solution_shows_the_masking_answers(solved):
     """The fill-value question answered in numbers: -1e9 does not fit float16, a finite fill
     spreads a fully masked row evenly, -inf gives nan in a naive version and zeros in PyTorch."""
     nb, _ = solved
-    outputs = {c.id: squeeze(tools.text_outputs(c)) for c in nb.cells if c.cell_type == "code"}
+    outputs = {c.id: tools.squeeze(tools.text_outputs(c)) for c in nb.cells if c.cell_type == "code"}
     assert "cannot be converted" in outputs["fill-value-demo"]
     assert "[0.3333, 0.3333, 0.3333]" in outputs["fill-value-demo"]
     assert "[ nan, nan, nan]" in outputs["fill-value-demo"]
@@ -249,7 +223,7 @@ def test_release_reports_todo_everywhere(released_run):
             if tools.grade_id(cell) in test_ids:
                 assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
     # Cells that need no student code still show their numbers.
-    text = squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
+    text = tools.squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
     assert "in_proj_weight (24, 8)" in text
 
 

@@ -190,27 +190,6 @@ CROP = "context = idx[:, -model.config.block_size:]"
 FIRST_BLOCK = "context = idx[:, :model.config.block_size]"   # the first block_size tokens, not the last
 
 
-def squeeze(text: str) -> str:
-    """Whitespace collapsed, so that torch's column padding does not matter."""
-    return re.sub(r"\s+", " ", text)
-
-
-def solution_bodies(nb) -> dict[str, list[str]]:
-    """For each answer cell, the code lines between BEGIN and END SOLUTION."""
-    bodies = {}
-    for cell in tools.graded_cells(nb, kind="solution"):
-        inside, lines = False, []
-        for line in cell.source.splitlines():
-            if "### BEGIN SOLUTION" in line:
-                inside = True
-            elif "### END SOLUTION" in line:
-                inside = False
-            elif inside and line.strip():
-                lines.append(line.strip())
-        bodies[tools.grade_id(cell)] = lines
-    return bodies
-
-
 def answer(source_nb, grade_id: str, old: str | None = None, new: str | None = None) -> str:
     """The source's answer cell ``grade_id``, with ``old`` replaced by ``new`` (exactly once)."""
     text = tools.cell_by_grade_id(source_nb, grade_id).source
@@ -244,9 +223,7 @@ def source_nb():
 @pytest.fixture(scope="module")
 def solved(source_nb):
     """The solution notebook, training included, executed once, and how long it took."""
-    start = time.perf_counter()
-    nb = tools.execute(source_nb, cwd=SOURCE_DIR, timeout=230)
-    return nb, time.perf_counter() - start
+    return tools.execute_timed(source_nb, cwd=SOURCE_DIR, timeout=230)
 
 
 @pytest.fixture(scope="module")
@@ -419,7 +396,7 @@ def test_release_contains_no_solutions(source_nb):
     release = tools.read(RELEASE_DIR / NOTEBOOK)
     text = "\n".join(cell.source for cell in release.cells)
     assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
-    bodies = solution_bodies(source_nb)
+    bodies = tools.solution_bodies(source_nb)
     assert set(bodies) == set(POINTS)
     for name, lines in bodies.items():
         assert lines, f"{name}: no solution body in the source"
@@ -429,7 +406,7 @@ def test_release_contains_no_solutions(source_nb):
         for line in lines:
             if re.search(r"[A-Za-z]", line):
                 assert line not in left, f"{name}: solution line left in the release: {line}"
-        assert squeeze(" ".join(lines)) not in squeeze(text)
+        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
     code = "\n".join(cell.source for cell in release.cells if cell.cell_type == "code")
     for needle in ("masked_fill(", "F.softmax(", "F.cross_entropy(", "torch.multinomial(", "torch.topk(",
                    "[{} for _ in model.blocks]"):

@@ -11,19 +11,6 @@ import notebook_tools as tools
 ASSIGNMENTS = sorted(p.name for p in (tools.REPO_ROOT / "source").iterdir() if p.is_dir())
 
 
-def solution_lines(source: str) -> list[str]:
-    """The non-trivial lines between BEGIN and END SOLUTION markers."""
-    inside, lines = False, []
-    for line in source.splitlines():
-        if "### BEGIN SOLUTION" in line:
-            inside = True
-        elif "### END SOLUTION" in line:
-            inside = False
-        elif inside and len(line.strip()) > 12:
-            lines.append(line.strip())
-    return lines
-
-
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_source_is_clean(assignment):
     notebooks = list((tools.REPO_ROOT / "source" / assignment).glob("*.ipynb"))
@@ -60,7 +47,7 @@ def test_release_holds_no_solution(assignment):
         stub = "raise NotImplementedError()" if cell.cell_type == "code" else "YOUR ANSWER HERE"
         assert stub in answer.source, tools.grade_id(cell)
         left = {line.strip() for line in answer.source.splitlines()}
-        for line in solution_lines(cell.source):
+        for line in (line for line in tools.solution_lines(cell.source) if len(line) > 12):
             assert line not in left, f"{tools.grade_id(cell)}: solution line in the release: {line}"
 
 
