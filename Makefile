@@ -6,9 +6,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo env system-packages release clean
+.PHONY: test demo env system-packages browser-packages release clean
 
-test: $(STAMP) system-packages
+test: $(STAMP) system-packages browser-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) system-packages
@@ -35,6 +35,19 @@ system-packages:
 	else \
 	  echo "bubblewrap is missing. Install it with: sudo apt-get install bubblewrap"; \
 	  echo "(Until then the grader refuses to run student code unless given --unsafe-no-sandbox.)"; \
+	fi
+
+# Debian's chromium drives the browser test (tests/test_browser.py, through Playwright; never
+# `playwright install`, which downloads a browser). Installed when we may (root with apt-get);
+# otherwise the exact command is printed and that one test is skipped.
+browser-packages:
+	@test -x /usr/bin/chromium && command -v chromedriver >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing chromium and chromium-driver (for the browser test)..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+	  echo "chromium is missing. Install it with: sudo apt-get install chromium chromium-driver"; \
+	  echo "(Until then the browser test, tests/test_browser.py, is skipped.)"; \
 	fi
 
 # Regenerate the student notebooks in release/ from source/ (never edit release/ by hand).

@@ -23,9 +23,20 @@ c.CourseDirectory.root = str(Path(__file__).resolve().parent)
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.db_url = "sqlite:///" + str(Path(__file__).resolve().parent / "gradebook.db")
+# What the exchange copies (release_assignment, fetch_assignment, submit, collect).
 # Data files that travel with the notebooks (none yet) are listed per assignment;
-# everything else in source/ stays there.
-c.CourseDirectory.include = ["*.ipynb"]
+# everything else in source/ stays there. `submit` adds timestamp.txt and
+# submission_secret.txt to each submission, and `collect` must keep them: `autograde` reads
+# the first (late penalties), `release_feedback` needs both.
+c.CourseDirectory.include = ["*.ipynb", "timestamp.txt", "submission_secret.txt"]
+
+# `nbgrader zip_collect` of a Canvas "Download Submissions" zip (in downloaded/<assignment>/archive/).
+# Canvas names each file <name>[_LATE]_<user id>_<file id>_<file name>, with -1, -2, ... added to
+# a file name the student uploaded before. The student id is the Canvas user id: names are not
+# unique, and the id is what Canvas's grade import matches. The pattern is matched against the
+# extracted file's whole path.
+c.FileNameCollectorPlugin.named_regexp = (
+    r".*/[^/]*?(?:_LATE)?_(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+?)(?:-\d+)?\.ipynb$")
 
 # What students see in place of solutions.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

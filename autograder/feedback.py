@@ -66,6 +66,7 @@ def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, 
     """Writes one page per notebook; ``answers`` maps a notebook to its answer cells."""
     folder = course.root / "feedback" / result.student / result.assignment
     folder.mkdir(parents=True, exist_ok=True)
+    course.copy_receipts(result.assignment, result.student, folder)
     written = []
     for notebook, cells in answers.items():
         path = folder / f"{notebook}.html"

@@ -8,13 +8,15 @@ data (:mod:`autograder.preflight`), hands code and hidden inputs to the sandbox
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
 import json
+import os
+import queue
 import secrets
 import sys
-import tempfile
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -29,6 +31,7 @@ from autograder.spec import STYLE, Item, Prepared
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
 CHECKS_DIR = Path(__file__).with_name("checks")
+RECEIPTS = ("timestamp.txt", "submission_secret.txt")
 
 
 class _StyleCollector(pycodestyle.BaseReport):
@@ -84,9 +87,14 @@ class SubmissionResult:
     flags: list[str] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
     isolation: str = ""
+    unreadable: list[str] = field(default_factory=list)  # notebooks missing or unreadable: nothing to grade by hand
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> SubmissionResult:
+        return cls(**{**data, "items": [ItemResult(**i) for i in data["items"]]})
 
 
 class Course:
@@ -107,6 +115,14 @@ class Course:
     def submission_folder(self, assignment: str, student: str) -> Path:
         return self.root / "submitted" / student / assignment
 
+    def copy_receipts(self, assignment: str, student: str, folder: Path) -> None:
+        """Copies the files nbgrader's exchange adds to a submission into ``folder``: its time
+        (late penalties) and the secret that ``release_feedback`` files the feedback under."""
+        for name in RECEIPTS:
+            receipt = self.submission_folder(assignment, student) / name
+            if receipt.is_file() and not receipt.is_symlink():
+                (folder / name).write_bytes(receipt.read_bytes()[:4096])
+
     def students(self, assignment: str) -> list[str]:
         base = self.root / "submitted"
         return sorted(p.name for p in base.iterdir() if (p / assignment).is_dir()) if base.is_dir() else []
@@ -116,9 +132,15 @@ class Course:
         grades repeat run after run."""
         path = self.root / ".grading" / "secret"
         if not path.exists():
+            # Shards on several machines may start at once: the first link wins, and everyone
+            # reads the secret it wrote in full.
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_hex(32))
-            path.chmod(0o600)
+            draft = path.with_name(f"secret.{secrets.token_hex(8)}")
+            draft.write_text(secrets.token_hex(32))
+            draft.chmod(0o600)
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+            draft.unlink()
         return path.read_text().strip().encode()
 
     def reports(self, assignment: str) -> Path:
@@ -246,8 +268,8 @@ def style_problems(source: str) -> list[str]:
     return report.problems
 
 
-def grade_notebook(assignment: Assignment, notebook: str, path: Path | None, settings: runner.RunSettings,
-                   isolation: sandbox.Isolation, library: Path) -> tuple[list[ItemResult], Preflight]:
+def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
+                   worker: runner.Worker) -> tuple[list[ItemResult], Preflight]:
     """Grades one submitted notebook (``path`` None when it is missing): preflight, run, compare."""
     items = assignment.items[notebook]
     pre = preflight(path, assignment.release[notebook], items)
@@ -256,22 +278,23 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None, set
         ids = {i.grade_id for i in items} - set(pre.item_status)
         pids = {pid: assignment.prepared[pid] for pid, gid in assignment.probe_item.items() if gid in ids}
         answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in pids}
-        with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-            run = runner.run_submission(pre, pids, answers, Path(workdir), library, settings, isolation)
+        run = runner.run_submission(pre, pids, answers, worker)
     return [judge_item(item, notebook, assignment, pre, run) for item in items], pre
 
 
-def grade_submission(course: Course, assignment: Assignment, student: str, settings: runner.RunSettings,
-                     isolation: sandbox.Isolation, library: Path) -> tuple[SubmissionResult, dict[str, Preflight]]:
+def grade_submission(course: Course, assignment: Assignment, student: str,
+                     worker: runner.Worker) -> tuple[SubmissionResult, dict[str, Preflight]]:
     """Grades one student's submission; never raises for anything the submission contains."""
     folder = course.submission_folder(assignment.name, student)
-    result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=isolation.name)
+    result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=worker.isolation.name)
     pres = {}
     for notebook in assignment.release:
         path = _find_notebook(folder, notebook, set(assignment.release), result.flags)
-        items, pres[notebook] = grade_notebook(assignment, notebook, path, settings, isolation, library)
+        items, pres[notebook] = grade_notebook(assignment, notebook, path, worker)
         result.items.extend(items)
         result.flags.extend(f"{notebook}: {flag}" for flag in pres[notebook].flags)
+        if pres[notebook].fatal:
+            result.unreadable.append(notebook)
     result.total = sum(i.score for i in result.items)
     result.max_total = sum(i.max_score for i in result.items)
     return result, pres
@@ -279,20 +302,35 @@ def grade_submission(course: Course, assignment: Assignment, student: str, setti
 
 def grade_class(course: Course, assignment_name: str, students: list[str] | None, workers: int,
                 settings: runner.RunSettings, isolation: sandbox.Isolation, progress=None):
-    """Grades many submissions side by side; results come back in student order."""
+    """Grades many submissions side by side, each worker with a warm sandbox of its own;
+    results come back in student order."""
     assignment = Assignment.load(course, assignment_name)
     students = students or course.students(assignment_name)
-    library = runner.sandbox_library(course.root / ".grading" / "lib")
+    count = max(1, min(workers, len(students)))
+    with contextlib.ExitStack() as stack:
+        idle = queue.SimpleQueue()
+        for _ in range(count):
+            idle.put(stack.enter_context(runner.Worker(settings, isolation)))
 
-    def one(student):
-        outcome = grade_submission(course, assignment, student, settings, isolation, library)
-        if progress:
-            progress(student)
-        return outcome
+        def one(student):
+            worker = idle.get()
+            try:
+                outcome = grade_submission(course, assignment, student, worker)
+            finally:
+                idle.put(worker)
+            if progress:
+                progress(student)
+            return outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        graded = list(pool.map(one, students))
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            graded = list(pool.map(one, students))
     return assignment, graded
+
+
+def load_results(course: Course, assignment: str) -> list[SubmissionResult]:
+    """Every submission's result, in student order (empty when the assignment was not graded)."""
+    return [SubmissionResult.from_json(json.loads(path.read_text()))
+            for path in sorted(course.reports(assignment).glob("*.json"))]
 
 
 def write_report(course: Course, result: SubmissionResult) -> Path:

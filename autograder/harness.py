@@ -1,10 +1,26 @@
-"""Runs a student's notebook code and the probes of each graded item, inside the sandbox.
+"""Runs students' notebook code and the probes of each graded item, inside the sandbox.
 
-    python harness.py PLAN.json INPUTS.safetensors OUT_DIR
+    python harness.py PLAN.json INPUTS.safetensors OUT_DIR [--isolated] [--wipe DIR ...]
 
 This file is copied into the sandbox on its own: it imports only the standard library,
-torch, safetensors, IPython and :mod:`transformer_lm.probes`, never the grader, the hidden
-checks or the reference. It judges nothing. For each code cell of the plan it writes a
+torch, safetensors, IPython and the student-visible modules of :mod:`transformer_lm`, never
+the grader, the hidden checks or the reference. It judges nothing.
+
+It is a warm server (see :class:`autograder.sandbox.Session`): it imports what notebooks use
+once, then for each ``run TOKEN`` line on its standard input forks a fresh process that reads the
+plan and inputs the trusted side has just written, and answers with that process's wait
+status. Starting Python and importing torch is most of the cost of grading a submission, and
+this pays it once per sandbox instead of once per submission.
+
+Submissions that share a sandbox must not reach each other. The server itself never reads a
+plan or runs student code, so a forked process holds nothing of another submission, and it
+cannot be traced or read by student code (it is not dumpable). Before each run it empties the
+writable folders named by ``--wipe``; after each run, with ``--isolated`` (only in a private pid
+namespace), it kills every other process, removes System V IPC objects and clears the user
+keyrings, and if any of that fails it exits rather than serve again. Without ``--isolated`` it
+serves one run.
+
+For each code cell of the plan the forked process writes a
 ``cell_start`` line to ``OUT_DIR/journal.jsonl``, runs the cell in an IPython shell (so
 magics work as in Jupyter), writes ``cell_end``; after the answer cell of an item it runs
 that item's probe calls and saves each record to ``OUT_DIR/<probe id>.safetensors``.
@@ -12,8 +28,12 @@ The trusted side reads the journal to know what finished, and where a run that d
 (timeout, memory, segfault, ``os._exit``) was at that moment.
 """
 
+import argparse
+import ctypes
 import json
 import os
+import shutil
+import signal
 import sys
 import time
 import traceback
@@ -26,6 +46,13 @@ from transformer_lm import probes
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
+PR_SET_DUMPABLE = 4
+KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+"""The keyctl system call's number (glibc has no wrapper for it)."""
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
+IPC_RMID = 0
+LEFTOVER_SECONDS = 5.0
 
 
 class Journal:
@@ -82,14 +109,23 @@ def run_probe(call: dict, namespace: dict, tensors: dict[str, torch.Tensor], pid
     return probe(**objects, **arguments)
 
 
-def main(plan_path: str, inputs_path: str, out_dir: str) -> None:
+def as_record(value) -> dict[str, torch.Tensor] | None:
+    """A probe's result as a record of plain tensors; None when it is a plain value."""
+    if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+        return {k: probes.plain(v) for k, v in value.items()}
+    return None
+
+
+def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
+    """Runs one submission's plan, in a process of its own; never returns. ``token`` names the
+    run in its journal's first line."""
     with open(plan_path) as f:
         plan = json.load(f)
     tensors = load_file(inputs_path) if os.path.getsize(inputs_path) else {}
     journal = Journal(os.path.join(out_dir, "journal.jsonl"))
     save, dumps = save_file, json.dumps
     shell = InteractiveShell.instance()
-    journal.log("ready")
+    journal.log("ready", run=token)
     for cell in plan["cells"]:
         if cell["index"] not in plan["skip_cells"]:
             journal.log("cell_start", index=cell["index"])
@@ -102,8 +138,9 @@ def main(plan_path: str, inputs_path: str, out_dir: str) -> None:
             journal.log("probe_start", probe=pid)
             try:
                 value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
-                if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
-                    save({k: probes.plain(v) for k, v in value.items()}, os.path.join(out_dir, f"{pid}.safetensors"))
+                record = as_record(value)
+                if record is not None:
+                    save(record, os.path.join(out_dir, f"{pid}.safetensors"))
                     journal.log("probe_end", probe=pid, saved=True)
                 else:
                     text = dumps(value, default=str)
@@ -116,5 +153,159 @@ def main(plan_path: str, inputs_path: str, out_dir: str) -> None:
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads cannot change the outcome
 
 
+class _Tiny(torch.nn.Module):
+    """A small attention-like module for :func:`warm_up`."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        scores = self.linear(x) @ x.transpose(-2, -1) / 2.0  # (B, T, T)
+        mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), diagonal=1)
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ x  # (B, T, 4)
+
+
+def warm_up() -> None:
+    """Imports what the course's notebooks use and probes a small module once, so that every
+    forked run starts with torch's lazy set-up done (a probe's first call alone imports sympy)."""
+    import matplotlib.pyplot  # noqa: F401
+    import numpy  # noqa: F401
+
+    from transformer_lm import test_values, viz  # noqa: F401
+
+    probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
+
+
+def wipe(folder: str, keep: set[str]) -> None:
+    """Empties ``folder`` of what runs wrote there, whatever permissions they left on it (it
+    belongs to this uid, so its rights can be taken back). ``keep`` names what the folder held
+    before any run (the folders bubblewrap made under ``/tmp`` to mount a virtual environment
+    that lives there, say): those are not this uid's, and runs cannot change them."""
+    for entry in os.scandir(folder):
+        if entry.name in keep:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            os.chmod(entry.path, 0o700)
+            for parent, names, _ in os.walk(entry.path):
+                for name in names:
+                    path = os.path.join(parent, name)
+                    if not os.path.islink(path):
+                        os.chmod(path, 0o700)
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    if set(os.listdir(folder)) - keep:
+        raise RuntimeError(f"{folder} could not be emptied")
+
+
+def end_leftovers() -> None:
+    """Kills every process of this pid namespace but pid 1 (the sandbox's init) and this one,
+    and waits until none of them can run any more."""
+    me = os.getpid()
+    deadline = time.monotonic() + LEFTOVER_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        if not [pid for pid in os.listdir("/proc") if pid.isdigit() and int(pid) not in (1, me) and running(pid)]:
+            return
+        time.sleep(0.005)
+    raise RuntimeError("processes of a run could not be ended")
+
+
+def running(pid: str) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def clear_ipc(libc) -> None:
+    """Removes the System V shared memory, message queues and semaphores a run left behind:
+    they outlive processes, and the next submission must not find them."""
+    removers = {"shm": lambda ident: libc.shmctl(ident, IPC_RMID, None),
+                "msg": lambda ident: libc.msgctl(ident, IPC_RMID, None),
+                "sem": lambda ident: libc.semctl(ident, 0, IPC_RMID)}
+    for kind, remove in removers.items():
+        with open(f"/proc/sysvipc/{kind}") as f:
+            idents = [int(line.split()[1]) for line in f.readlines()[1:] if line.strip()]
+        for ident in idents:
+            remove(ident)
+        with open(f"/proc/sysvipc/{kind}") as f:
+            if len([line for line in f if line.strip()]) > 1:
+                raise RuntimeError(f"System V {kind} objects could not be removed")
+
+
+def clear_keys(libc) -> None:
+    """Empties the user keyrings, which outlive processes. Where keyctl is refused (a
+    container's seccomp profile), student code cannot add keys either."""
+    for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        libc.syscall(KEYCTL, KEYCTL_CLEAR, keyring)
+
+
+def serve(plan_path: str, inputs_path: str, out_dir: str, isolated: bool, folders: list[str]) -> None:
+    """Answers each ``run`` request with the wait status of a forked run and whether it serves
+    another (``more`` or ``last``); see the module docstring."""
+    reply_fd = int(os.environ.pop("SANDBOX_REPLY_FD"))
+    libc = ctypes.CDLL(None, use_errno=True)
+    isolated = isolated and KEYCTL is not None
+    before = {folder: set(os.listdir(folder)) for folder in folders}  # before warming up writes caches
+    warm_up()
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    requests = os.fdopen(0, "rb", buffering=0)
+    while len(request := requests.readline().decode("ascii", "replace").split()) == 2 and request[0] == "run":
+        for folder in folders:
+            wipe(folder, before[folder])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(reply_fd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            os.setsid()
+            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+            if KEYCTL is not None:
+                libc.syscall(KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)  # a session keyring of its own
+            try:
+                run(plan_path, inputs_path, out_dir, request[1])
+            finally:
+                os._exit(70)  # only if the harness itself failed; never back into this loop
+        _, status = os.waitpid(pid, 0)
+        if isolated:
+            end_leftovers()
+            clear_ipc(libc)
+            clear_keys(libc)
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.write(reply_fd, f"{status} {'more' if isolated else 'last'}\n".encode())
+        if not isolated:
+            return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("plan")
+    parser.add_argument("inputs")
+    parser.add_argument("out")
+    parser.add_argument("--isolated", action="store_true", help="in a private pid namespace: serve many runs")
+    parser.add_argument("--wipe", action="append", default=[], help="a folder to empty before each run")
+    args = parser.parse_args()
+    serve(args.plan, args.inputs, args.out, args.isolated, args.wipe)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main()

@@ -12,11 +12,21 @@ gradebook, formgrader and feedback see the same grades either way.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool, Unicode
+
+
+@functools.cache
+def _assignment(root: Path, name: str):
+    """The assignment's hidden checks, prepared once per ``nbgrader autograde`` run rather than
+    once per notebook."""
+    from autograder import grading
+
+    return grading.Assignment.load(grading.Course(root), name)
 
 
 class TrustedGrading(Preprocessor):
@@ -35,11 +45,10 @@ class TrustedGrading(Preprocessor):
             raise RuntimeError(f"No sandbox for student code ({isolation.detail}). Install bubblewrap, or use "
                                f"`autograder grade {assignment_name} --unsafe-no-sandbox` inside a container.")
         course = grading.Course(Path(self.course_root or "."))
-        assignment = grading.Assignment.load(course, assignment_name)
+        assignment = _assignment(course.root, assignment_name)
         path = course.submission_folder(assignment_name, student) / f"{notebook}.ipynb"
-        library = runner.sandbox_library(course.root / ".grading" / "lib")
-        items, _ = grading.grade_notebook(assignment, notebook, path if path.exists() else None,
-                                          runner.RunSettings(), isolation, library)
+        with runner.Worker(runner.RunSettings(), isolation) as worker:
+            items, _ = grading.grade_notebook(assignment, notebook, path if path.exists() else None, worker)
         record.neutralize_student_markdown(nb.cells, assignment.release[notebook])
         verdicts = {f"{item.grade_id}_test": item for item in items}
         for cell in nb.cells:

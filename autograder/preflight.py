@@ -118,8 +118,9 @@ def read_notebook(path: Path) -> tuple[dict | None, str | None]:
     return data, None
 
 
-def _restore(student: list[dict], release: list[dict], flags: list[str]) -> list[dict]:
-    """The student's cells, with locked cells and metadata restored from the release."""
+def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tuple[list[dict], set[str]]:
+    """The student's cells, with locked cells and metadata restored from the release, and the
+    grade_ids of the graded cells that were missing (restored as the release has them)."""
     by_id = {_nbgrader(c)["grade_id"]: c for c in release if _nbgrader(c).get("grade_id")}
     seen: set[str] = set()
     cells: list[dict] = []
@@ -148,6 +149,7 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> list
         cell["cell_type"] = original["cell_type"]
         cells.append(cell)
     # Graded cells the submission lost come back as the release has them, after their predecessor.
+    lost = set()
     for position, original in enumerate(release):
         grade_id = _nbgrader(original).get("grade_id")
         if not grade_id or grade_id in seen:
@@ -157,7 +159,8 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> list
         cells.insert(at, copy.deepcopy(original))
         seen.add(grade_id)
         flags.append(f"The graded cell {grade_id!r} was missing; it was restored from the release.")
-    return cells
+        lost.add(grade_id)
+    return cells, lost
 
 
 def forbidden_name(path: str) -> str:
@@ -203,7 +206,7 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     if fatal:
         return Preflight(fatal=fatal)
     result = Preflight()
-    restored = _restore(data["cells"], release_cells, result.flags)
+    restored, lost = _restore(data["cells"], release_cells, result.flags)
     release_skip = {_nbgrader(c).get("grade_id") for c in release_cells
                     if SKIP_TAG in (c.get("metadata", {}).get("tags") or [])}
     for index, node in enumerate(restored):
@@ -222,10 +225,11 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         answer = result.answer(item.answer_id)
         if answer is None:
             continue
-        if f"The graded cell {item.answer_id!r} was missing; it was restored from the release." in result.flags:
+        if item.answer_id in lost:
             result.item_status[item.grade_id] = ("missing", "The answer cell was missing from the notebook.")
             continue
-        used = sorted(forbidden_name(p) for p in item.forbids if forbidden_name(p) in mentioned_names(answer.source))
+        names = mentioned_names(answer.source) if item.forbids else set()
+        used = sorted(forbidden_name(p) for p in item.forbids if forbidden_name(p) in names)
         if used:
             result.item_status[item.grade_id] = (
                 "forbidden", f"The answer uses {', '.join(used)}, the library version of what this exercise "

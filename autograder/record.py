@@ -92,7 +92,8 @@ def neutralize_student_markdown(cells: list[dict], release_cells: list[dict]) ->
             cell.pop("attachments", None)
 
 
-def _message(item) -> str:
+def item_message(item) -> str:
+    """One item's result in words, as formgrader, the autograded notebook and LMS exports show it."""
     text = f"[{item.status}] {item.score:g}/{item.max_score:g} points. {item.message}"
     if item.deduction:
         text += f"\nDeduction, {item.deduction}"
@@ -101,7 +102,7 @@ def _message(item) -> str:
     return text
 
 
-def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str, Preflight]) -> None:
+def record_in_gradebook(course: Course, result: SubmissionResult) -> None:
     """Writes auto scores and comments; written answers are left for manual grading."""
     with warnings.catch_warnings(), gradebook(course) as gb:
         # nbgrader's own submission code trips SQLAlchemy's autoflush warnings; they mean nothing here.
@@ -112,9 +113,9 @@ def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str
         by_answer: dict = {}
         for item in result.items:  # several items may grade one answer cell: their messages join
             by_answer.setdefault((item.notebook, item.answer), []).append(item)
-        for notebook in pres:
+        for notebook in dict.fromkeys([*(i.notebook for i in result.items), *result.unreadable]):
             submission = gb.find_submission_notebook(notebook, result.assignment, result.student)
-            unreadable = pres[notebook].fatal is not None
+            unreadable = notebook in result.unreadable
             for grade in submission.grades:
                 item = by_test.get((notebook, grade.name))
                 if item is not None:
@@ -126,7 +127,7 @@ def record_in_gradebook(course: Course, result: SubmissionResult, pres: dict[str
             for comment in submission.comments:
                 found = by_answer.get((notebook, comment.name))
                 # nbgrader renders comments as markdown without a sanitizer; messages can quote student code.
-                comment.auto_comment = safe_markdown("\n".join(_message(i) for i in found)) if found else None
+                comment.auto_comment = safe_markdown("\n".join(item_message(i) for i in found)) if found else None
         gb.db.commit()
 
 
@@ -153,12 +154,10 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
                 cell["outputs"], cell["execution_count"] = [], None
             item = by_test.get((notebook, cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")))
             if item is not None:
-                cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": _message(item) + "\n"}]
+                cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": item_message(item) + "\n"}]
         node = nbformat.from_dict(nb)
         nbformat.write(node, folder / f"{notebook}.ipynb")
-    stamp = course.submission_folder(result.assignment, result.student) / "timestamp.txt"
-    if stamp.exists():
-        (folder / "timestamp.txt").write_text(stamp.read_text())
+    course.copy_receipts(result.assignment, result.student, folder)
 
 
 def write_grades_csv(course: Course, assignment: str) -> Path:

@@ -11,14 +11,18 @@ cell never costs the items that do not depend on it.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import signal
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 import transformer_lm
 from autograder import sandbox
@@ -31,6 +35,10 @@ HARNESS = Path(__file__).with_name("harness.py")
 SANDBOX_MODULES = ("__init__.py", "probes.py", "test_values.py", "viz.py", "data")
 MAX_RECORD_BYTES = 16 * 2**20
 MAX_JOURNAL_BYTES = 4 * 2**20
+MOUNTS = {"in": "/grader/in", "lib": "/grader/lib", "out": "/grader/out", "scratch": "/scratch"}
+"""Where the sandbox shows the worker's folders; ``read`` takes these paths in every mode."""
+ANSWER_SECONDS = 5.0
+"""How long the harness may take to answer once a run has written ``done``."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +75,10 @@ class RunResult:
     attempts: int = 0
 
 
-def sandbox_library(cache: Path) -> Path:
-    """A folder holding only the student-visible modules of ``transformer_lm``."""
+def sandbox_library(folder: Path) -> Path:
+    """``folder``, made to hold only the student-visible modules of ``transformer_lm``."""
     package = Path(transformer_lm.__file__).parent
-    target = cache / "transformer_lm"
-    if target.exists():
-        shutil.rmtree(target)
+    target = folder / "transformer_lm"
     target.mkdir(parents=True)
     for name in SANDBOX_MODULES:
         source = package / name
@@ -80,9 +86,9 @@ def sandbox_library(cache: Path) -> Path:
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, target / name)
-    for path in [cache, *cache.rglob("*")]:
+    for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    return cache
+    return folder
 
 
 def _parse_journal(data: bytes) -> list[dict]:
@@ -96,13 +102,6 @@ def _parse_journal(data: bytes) -> list[dict]:
         if isinstance(event, dict) and isinstance(event.get("event"), str):
             events.append(event)
     return events
-
-
-def _read_journal(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open("rb") as f:
-        return _parse_journal(f.read(MAX_JOURNAL_BYTES))
 
 
 def _running(events: list[dict]) -> tuple[str, object, float] | None:
@@ -119,39 +118,149 @@ def _running(events: list[dict]) -> tuple[str, object, float] | None:
     return open_step
 
 
-def _load_record(path: Path) -> tuple[dict[str, torch.Tensor] | None, str]:
+def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     """Loads a probe record without pickle, refusing oversized or non-float data."""
-    if not path.exists():
+    if not data:
         return None, "the probe said it saved a record, but there is none"
-    if path.stat().st_size > MAX_RECORD_BYTES:
+    if len(data) > MAX_RECORD_BYTES:
         return None, "the output is far larger than the task asks for"
     try:
-        record = load_file(str(path))
+        record = load(data)
     except Exception as error:  # noqa: BLE001 - a damaged file is a result
         return None, f"the record could not be read ({type(error).__name__})"
     return record, ""
 
 
-def _death(result: sandbox.SandboxResult, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
+def _death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
     """The status and words for a run that did not finish."""
-    if watchdog_fired or result.timed_out:
+    if watchdog_fired or reply.timed_out:
         return "timeout", (f"It ran for more than {settings.cell_seconds:.0f} s and was stopped "
                            "(an endless loop, or far too slow).")
-    if result.signal is not None:
-        name = signal.Signals(result.signal).name if result.signal in signal.valid_signals() else str(result.signal)
+    code = _exit_code(reply)
+    if code is None:
+        return "killed", "The process was killed, and the grading process with it."
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
         why = {"SIGSEGV": "a segmentation fault", "SIGKILL": "out of memory or killed",
                "SIGABRT": "an abort"}.get(name, f"signal {name}")
         return "killed", f"The process was killed ({why})."
-    return "error", f"The process exited (code {result.returncode}) before finishing, e.g. by os._exit or sys.exit."
+    return "error", f"The process exited (code {code}) before finishing, e.g. by os._exit or sys.exit."
+
+
+def _exit_code(reply: sandbox.Reply) -> int | None:
+    """The run's exit code (negative: the signal that ended it), from the harness's answer."""
+    try:
+        return os.waitstatus_to_exitcode(int((reply.text or "").split()[0]))
+    except (ValueError, IndexError):
+        return None
+
+
+class Worker:
+    """A warm sandbox for one grading thread, and the folders it shares with it.
+
+    The sandbox runs :mod:`autograder.harness` as a server: for each run the worker writes the
+    plan and hidden inputs into ``in/`` (bound read-only at ``/grader/in``), asks for a run, and
+    reads the journal and probe records back from the sandbox's tmpfs. A sandbox that died or
+    was stopped is replaced by a fresh one at the next run. Without bubblewrap, paths are host
+    paths and each run gets a fresh server (see the harness: only a private pid namespace lets
+    it clean up between runs).
+    """
+
+    def __init__(self, settings: RunSettings, isolation: sandbox.Isolation):
+        self.settings, self.isolation = settings, isolation
+        self.root = Path(tempfile.mkdtemp(prefix="grader-"))
+        self.root.chmod(0o755)  # the sandbox runs as nobody: what it reads must be readable by others
+        self.library = sandbox_library(self.root / "lib")
+        self.inputs, out, scratch = self.root / "in", self.root / "out", self.root / "scratch"
+        for folder in (self.inputs, out, scratch):
+            folder.mkdir(mode=0o755)
+        shutil.copy2(HARNESS, self.inputs / "harness.py")
+        (self.inputs / "harness.py").chmod(0o644)
+        self.sandboxed = isolation.name == "bubblewrap"
+        self._host = {"in": str(self.inputs), "lib": str(self.library), "out": str(out), "scratch": str(scratch)}
+        self.paths = MOUNTS if self.sandboxed else self._host  # as the harness sees them
+        self.session: sandbox.Session | None = None
+        self._served = 0  # runs the current session has served
+        self._token = ""  # names the current run in its journal
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> sandbox.Session:
+        paths, settings = self.paths, self.settings
+        if not self.sandboxed:  # a sandbox's folders start empty; these host folders are reused
+            for name in ("out", "scratch"):
+                shutil.rmtree(self._host[name])
+                Path(self._host[name]).mkdir(mode=0o755)
+        argv = ["python", f"{paths['in']}/harness.py", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
+                paths["out"], "--wipe", paths["out"], "--wipe", paths["scratch"]]
+        if self.sandboxed:
+            argv += ["--isolated", "--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue"]
+        return sandbox.Session(
+            argv,
+            readonly={self._host[name]: MOUNTS[name] for name in ("in", "lib")},
+            writable={self._host[name]: MOUNTS[name] for name in ("out", "scratch")},
+            limits=sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
+                                  file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes),
+            env={"PYTHONPATH": paths["lib"], "MPLBACKEND": "Agg", "HOME": paths["scratch"], "OMP_NUM_THREADS": "1",
+                 "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
+            cwd=paths["scratch"], isolation=self.isolation)
+
+    def run(self, plan: dict, tensors: dict[str, torch.Tensor], seconds: float,
+            watch) -> tuple[sandbox.Reply, Callable[[str], bytes]]:
+        """Runs ``plan`` once; returns the harness's answer and a reader of the run's files,
+        which stays valid until the next run."""
+        if self.session is not None and not self.session.alive:
+            self.session.close()
+            self.session = None
+        if self.session is None:
+            self.session, self._served = self._start(), 0
+        (self.inputs / "plan.json").write_text(json.dumps(plan))
+        if tensors:
+            save_file(tensors, str(self.inputs / "inputs.safetensors"))
+        else:
+            (self.inputs / "inputs.safetensors").write_bytes(b"")
+        for path in self.inputs.iterdir():
+            path.chmod(0o644)
+        self._token = secrets.token_hex(8)
+        reply = self.session.request(f"run {self._token}", seconds, watch)
+        if reply.text is None and self._served and not self.events(self.session.read):
+            # A server that ran earlier submissions failed before this one began (say, it could
+            # not clean up after the last): that is no fault of this submission; try a fresh one.
+            self.session.close()
+            self.session, self._served = self._start(), 0
+            reply = self.session.request(f"run {self._token}", seconds, watch)
+        self._served += 1
+        if reply.text is not None and reply.text.split()[-1] != "more":
+            self.session.stop()  # the harness serves no further run; the next one starts a fresh sandbox
+        return reply, self.session.read
+
+    def events(self, read: Callable[[str], bytes]) -> list[dict]:
+        """The journal of the current run, read with ``read``; empty until that run has begun
+        (a journal that an earlier run left, because cleaning up failed, is not this run's)."""
+        events = _parse_journal(read(f"{MOUNTS['out']}/journal.jsonl"))
+        if events and events[0]["event"] == "ready" and events[0].get("run") == self._token:
+            return events
+        return []
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-                   workdir: Path, library: Path, settings: RunSettings, isolation: sandbox.Isolation) -> RunResult:
-    """Runs one notebook's code and probe calls in the sandbox.
+                   worker: Worker) -> RunResult:
+    """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
     the grade_id of the answer cell after which it runs.
     """
+    settings = worker.settings
     run_cells = [c for c in pre.cells if c.cell_type == "code"]
     answer_index = {c.grade_id: c.index for c in run_cells if c.role == "answer"}
     plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": []}
@@ -169,15 +278,6 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
                               "tensor_keys": list(call.tensors)}
         tensors.update({f"{pid}::{name}": t.contiguous() for name, t in call.tensors.items()})
 
-    workdir.chmod(0o755)  # the sandbox runs as nobody: what it reads must be readable by others
-    inputs = workdir / "in"
-    inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-    shutil.copy2(HARNESS, inputs / "harness.py")
-    if tensors:
-        save_file(tensors, str(inputs / "inputs.safetensors"))
-    else:
-        (inputs / "inputs.safetensors").touch()
-
     result = RunResult()
     owner = {pid: probe_cells[pid] for pid in prepared}
     deadline = time.monotonic() + settings.total_seconds
@@ -186,37 +286,25 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
         if remaining <= 1 or all(pid in result.outcomes for pid in prepared):
             break
         result.attempts = attempt + 1
-        (inputs / "plan.json").write_text(json.dumps(plan))
-        for path in inputs.iterdir():
-            path.chmod(0o644)
-        out, scratch = workdir / f"out{attempt}", workdir / f"scratch{attempt}"
-        out.mkdir()
-        scratch.mkdir()
-        journal = out / "journal.jsonl"
         fired = []
 
         def watch(read, fired=fired):
-            """Stops the run when one cell or probe has been going for too long: the journal,
-            read live from the sandbox's tmpfs, says which one and since when."""
-            step = _running(_parse_journal(read("/grader/out/journal.jsonl")))
+            """Stops the run when one cell or probe has been going for too long, or when the run
+            ended and the harness does not answer: the journal, read live from the sandbox's
+            tmpfs, says which step and since when."""
+            events = worker.events(read)
+            step = _running(events)
             if step and time.time() - step[2] > settings.cell_seconds:
                 fired.append(step)
                 return "cell time limit"
+            done = [e.get("time", 0.0) for e in events if e["event"] == "done"]
+            if done and time.time() - done[0] > ANSWER_SECONDS:
+                return "no answer after the run"
             return None
 
-        run = sandbox.run_sandboxed(
-            ["python", "/grader/in/harness.py", "/grader/in/plan.json", "/grader/in/inputs.safetensors", "/grader/out"],
-            readonly={str(inputs): "/grader/in", str(library): "/grader/lib"},
-            writable={str(out): "/grader/out", str(scratch): "/scratch"},
-            limits=sandbox.Limits(wall_seconds=remaining, memory_bytes=settings.memory_bytes,
-                                  processes=settings.processes, file_size_bytes=settings.file_size_bytes,
-                                  output_bytes=settings.output_bytes),
-            env={"PYTHONPATH": "/grader/lib", "MPLBACKEND": "Agg", "HOME": "/scratch", "OMP_NUM_THREADS": "1",
-                 "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
-            cwd="/scratch", isolation=isolation, watch=watch,
-        )
-        result.output += run.output
-        events = _read_journal(journal)
+        reply, read = worker.run(plan, tensors, remaining, watch)
+        result.output += reply.output
+        events = worker.events(read)
         for event in events:
             if event["event"] == "cell_end" and event.get("error"):
                 result.cell_problems[event.get("index")] = str(event["error"])[:2000]
@@ -227,7 +315,7 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
                 status = "todo" if event.get("kind") == "todo" else "error"
                 result.outcomes[pid] = ProbeOutcome(status, str(event["error"])[:2000])
             elif event.get("saved"):
-                record, problem = _load_record(out / f"{pid}.safetensors")
+                record, problem = _load_record(read(f"{MOUNTS['out']}/{pid}.safetensors"))
                 result.outcomes[pid] = ProbeOutcome("ok", record=record) if record is not None \
                     else ProbeOutcome("error", problem)
             else:
@@ -235,7 +323,7 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
         plan["skip_probes"] = sorted(result.outcomes)
         if any(e["event"] == "done" for e in events):
             break
-        status, message = _death(run, bool(fired), settings)
+        status, message = _death(reply, bool(fired), settings)
         step = _running(events)
         if step is None:
             # Died before the first cell, or between steps: nothing to skip, so nothing to retry.

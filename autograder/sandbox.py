@@ -216,6 +216,165 @@ def run_sandboxed(argv: list[str], *, readonly: dict[str, str], writable: dict[s
     filesystem, writes straight into the host folders, and ``cwd`` is a host path; ``read`` still
     takes sandbox paths and reads the matching host file.
     """
+    with contextlib.ExitStack() as stack:
+        started = _launch(stack, argv, readonly=readonly, writable=writable, limits=limits, env=env,
+                          cwd=cwd, isolation=isolation)
+        poll = None if watch is None else functools.partial(watch, started.folders.read)
+        output, truncated, timed_out = _collect(started.proc, started.out_r, started.start + limits.wall_seconds,
+                                                limits.output_bytes, poll)
+        wall = time.monotonic() - started.start
+        _teardown(started)
+        if started.sandboxed:
+            started.folders.copy_back()
+    returncode, sig = _decode_status(started.proc.returncode, started.sandboxed)
+    return SandboxResult(returncode=None if timed_out else returncode,
+                         signal=signal.SIGKILL if timed_out else sig, timed_out=timed_out,
+                         output=output.decode("utf-8", errors="replace"),
+                         output_truncated=truncated, wall_seconds=wall)
+
+
+@dataclass
+class Reply:
+    """What one request to a :class:`Session` came back with."""
+
+    text: str | None
+    """The command's answer line; ``None`` when the sandbox ended or was stopped before answering."""
+    output: str
+    """What was printed meanwhile (the first ``limits.output_bytes``), decoded with errors="replace"."""
+    output_truncated: bool
+    timed_out: bool
+    """Stopped for running past the request's time."""
+    stopped: str | None = None
+    """The reason ``watch`` gave, when it stopped the sandbox."""
+
+
+class Session:
+    """A sandbox kept running to serve one request after another.
+
+    Starting Python and importing torch costs seconds; a session pays that once and then
+    serves many requests. The command reads one request line at a time on its standard input
+    and answers each with one line on the descriptor whose number is in ``$SANDBOX_REPLY_FD``
+    (a pipe of its own, so nothing the command's children print can pass for an answer).
+    The command is trusted code that must keep requests apart from each other (see
+    ``autograder/harness.py``); this class only carries requests and answers, enforces time,
+    and reads the writable folders, as :func:`run_sandboxed` does for a single run.
+
+    A session that times out, is stopped by ``watch`` or ends is dead: :attr:`alive` turns
+    false and the caller starts a new one. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, argv: list[str], *, readonly: dict[str, str], writable: dict[str, str],
+                 limits: Limits, env: dict[str, str], cwd: str, isolation: Isolation):
+        self.limits = limits
+        self._stack = contextlib.ExitStack()
+        try:
+            self._started = _launch(self._stack, argv, readonly=readonly, writable=writable, limits=limits,
+                                    env=env, cwd=cwd, isolation=isolation, serve=True)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.alive = True
+        self._pending = b""
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def read(self, path: str) -> bytes:
+        """The current contents of a regular file in a writable folder (see :func:`run_sandboxed`)."""
+        return self._started.folders.read(path)
+
+    def request(self, line: str, seconds: float,
+                watch: Callable[[Callable[[str], bytes]], str | None] | None = None) -> Reply:
+        """Send ``line`` and wait up to ``seconds`` for the answer, reading the output meanwhile.
+
+        ``watch`` works as in :func:`run_sandboxed`; when it gives a reason, the sandbox is killed.
+        """
+        started = self._started
+        kept, truncated = bytearray(), False
+
+        def reply(text=None, timed_out=False, stopped=None) -> Reply:
+            nonlocal truncated
+            while _wait_readable(started.out_r, 0):  # what was printed before the answer
+                chunk = os.read(started.out_r, _READ_CHUNK)
+                if not chunk:
+                    break
+                truncated = _keep(kept, chunk, self.limits.output_bytes) or truncated
+            if text is None:
+                self.stop()
+            return Reply(text, kept.decode("utf-8", errors="replace"), truncated, timed_out, stopped)
+
+        if not self.alive:
+            return reply()
+        try:
+            os.write(started.control, line.encode() + b"\n")
+        except BrokenPipeError:
+            return reply()
+        deadline = time.monotonic() + seconds
+        next_watch = time.monotonic()
+        poller = select.poll()
+        poller.register(started.out_r, select.POLLIN)
+        poller.register(started.replies, select.POLLIN)
+        while (now := time.monotonic()) < deadline:
+            if watch is not None and now >= next_watch:
+                next_watch = now + _POLL_SECONDS
+                reason = watch(self.read)
+                if reason is not None:
+                    return reply(stopped=reason)
+            for fd, _ in poller.poll(max(0, int(min(deadline - now, _POLL_SECONDS) * 1000))):
+                chunk = os.read(fd, _READ_CHUNK)
+                if fd == started.out_r:
+                    if not chunk:
+                        poller.unregister(fd)
+                    truncated = _keep(kept, chunk, self.limits.output_bytes) or truncated
+                    continue
+                if not chunk:
+                    return reply()  # the command is gone
+                self._pending += chunk
+                if b"\n" in self._pending:
+                    text, self._pending = self._pending.split(b"\n", 1)
+                    return reply(text.decode("utf-8", errors="replace"))
+        return reply(timed_out=True)
+
+    def stop(self) -> None:
+        """Kill the sandbox now; what its writable folders hold stays readable until :meth:`close`."""
+        if self.alive:
+            self.alive = False
+            _teardown(self._started)
+
+    def close(self) -> None:
+        """Kill the sandbox, if it still runs, and release everything it held."""
+        self.stop()
+        self._stack.close()
+
+
+@dataclass
+class _Started:
+    """A sandbox just started by :func:`_launch`."""
+
+    proc: subprocess.Popen
+    sandboxed: bool
+    start: float
+    out_r: int
+    """Read end of the merged stdout and stderr."""
+    folders: _WritableFolders
+    pidfd: int | None
+    """A pidfd of the sandbox's pid 1 (see :func:`_sandbox_pidfd`)."""
+    control: int | None = None
+    """Write end of the command's standard input, for a session."""
+    replies: int | None = None
+    """Read end of the command's answer pipe, for a session."""
+
+
+def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str, str], writable: dict[str, str],
+            limits: Limits, env: dict[str, str], cwd: str, isolation: Isolation, serve: bool = False) -> _Started:
+    """Start ``argv`` confined as ``isolation`` allows; ``stack`` releases what it holds.
+
+    With ``serve``, the command also gets a pipe on its standard input and one for its answers
+    (see :class:`Session`); otherwise its standard input is empty.
+    """
     sandboxed = isolation.name == "bubblewrap"
     spec = {
         "rlimits": [("RLIMIT_AS", limits.memory_bytes), ("RLIMIT_NPROC", limits.processes),
@@ -223,51 +382,61 @@ def run_sandboxed(argv: list[str], *, readonly: dict[str, str], writable: dict[s
         "drop_root": sandboxed and os.geteuid() == 0,
         "writable": list(writable.values()) if sandboxed else [],
     }
-    with contextlib.ExitStack() as stack:
-        child_ends: list[int] = []  # closed here once the child holds its copies
-        stack.callback(lambda: [os.close(fd) for fd in child_ends])
-        parent_sock, child_sock = socket.socketpair()
-        stack.callback(parent_sock.close)
-        child_ends.append(child_sock.detach())
-        spec["sock"] = child_ends[0]
-        out_r = _pipe(stack, child_ends)
-        out_w = child_ends[-1]
-        command = [sys.executable, "-I", "-S", "-c", _WRAPPER, json.dumps(spec), *argv]
-        if sandboxed:
-            info_r = _pipe(stack, child_ends)
-            info_w = child_ends[-1]
-            data_fds = [_data_fd(_PASSWD, child_ends), _data_fd(_GROUP, child_ends)]
-            command = [shutil.which("bwrap") or "bwrap",
-                       *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds),
-                       "--", *command]
-        start = time.monotonic()
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out_w,
-                                stderr=subprocess.STDOUT, env={**_BASE_ENV, **env},
-                                cwd="/" if sandboxed else cwd, start_new_session=True,
-                                pass_fds=[fd for fd in child_ends if fd != out_w])
-        stack.callback(_reap, proc)  # if anything here raises (even ^C), the sandbox goes too
-        while child_ends:  # EOF on the output must come when the last copy in the child closes
-            os.close(child_ends.pop())
-        pidfd = _sandbox_pidfd(info_r) if sandboxed else None
-        if pidfd is not None:
-            stack.callback(os.close, pidfd)
-        folders = _WritableFolders(parent_sock, writable, sandboxed, limits.file_size_bytes)
-        stack.callback(folders.close)
-        poll = None if watch is None else functools.partial(watch, folders.read)
-        output, truncated, timed_out = _collect(proc, out_r, start + limits.wall_seconds,
-                                                limits.output_bytes, poll)
-        wall = time.monotonic() - start
-        if pidfd is not None:
-            _wait_readable(pidfd, _TEARDOWN_SECONDS)
-        else:
-            _kill_group(proc)  # background processes of a plain run, where they stayed in its group
-        if sandboxed:
-            folders.copy_back()
-    returncode, sig = _decode_status(proc.returncode, sandboxed)
-    return SandboxResult(returncode=None if timed_out else returncode,
-                         signal=signal.SIGKILL if timed_out else sig, timed_out=timed_out,
-                         output=output.decode("utf-8", errors="replace"),
-                         output_truncated=truncated, wall_seconds=wall)
+    env = dict(env)
+    child_ends: list[int] = []  # closed here once the child holds its copies
+    stack.callback(lambda: [os.close(fd) for fd in child_ends])
+    parent_sock, child_sock = socket.socketpair()
+    stack.callback(parent_sock.close)
+    child_ends.append(child_sock.detach())
+    spec["sock"] = child_ends[0]
+    out_r = _pipe(stack, child_ends)
+    out_w = child_ends[-1]
+    stdin, control, replies = subprocess.DEVNULL, None, None
+    if serve:
+        replies = _pipe(stack, child_ends)
+        env["SANDBOX_REPLY_FD"] = str(child_ends[-1])
+        stdin, control = os.pipe()
+        stack.callback(os.close, control)
+        child_ends.append(stdin)
+    command = [sys.executable, "-I", "-S", "-c", _WRAPPER, json.dumps(spec), *argv]
+    if sandboxed:
+        info_r = _pipe(stack, child_ends)
+        info_w = child_ends[-1]
+        data_fds = [_data_fd(_PASSWD, child_ends), _data_fd(_GROUP, child_ends)]
+        command = [shutil.which("bwrap") or "bwrap",
+                   *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds),
+                   "--", *command]
+    start = time.monotonic()
+    proc = subprocess.Popen(command, stdin=stdin, stdout=out_w,
+                            stderr=subprocess.STDOUT, env={**_BASE_ENV, **env},
+                            cwd="/" if sandboxed else cwd, start_new_session=True,
+                            pass_fds=[fd for fd in child_ends if fd not in (out_w, stdin)])
+    stack.callback(_reap, proc)  # if anything here raises (even ^C), the sandbox goes too
+    while child_ends:  # EOF on the output must come when the last copy in the child closes
+        os.close(child_ends.pop())
+    pidfd = _sandbox_pidfd(info_r) if sandboxed else None
+    if pidfd is not None:
+        stack.callback(os.close, pidfd)
+    folders = _WritableFolders(parent_sock, writable, sandboxed, limits.file_size_bytes)
+    stack.callback(folders.close)
+    return _Started(proc, sandboxed, start, out_r, folders, pidfd, control, replies)
+
+
+def _teardown(started: _Started) -> None:
+    """Make sure nothing of the sandbox runs any more."""
+    if started.pidfd is not None:
+        if started.proc.poll() is None:
+            _kill_group(started.proc)
+        _wait_readable(started.pidfd, _TEARDOWN_SECONDS)
+    else:
+        _kill_group(started.proc)  # background processes of a plain run, where they stayed in its group
+
+
+def _keep(kept: bytearray, chunk: bytes, limit: int) -> bool:
+    """Append what fits of ``chunk`` to ``kept``; True when some of it was dropped."""
+    room = limit - len(kept)
+    kept += chunk[:max(0, room)]
+    return len(chunk) > room
 
 
 def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
@@ -311,7 +480,7 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
     for fd, path in zip(data_fds, ("/etc/passwd", "/etc/group")):
         args += parents(path) + ["--perms", "0444", "--ro-bind-data", str(fd), path]
     size = str(limits.scratch_bytes)
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     args += parents("/tmp") + ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     for path in _interpreter_dirs():
@@ -392,9 +561,7 @@ def _collect(proc: subprocess.Popen, fd: int, deadline: float, keep: int,
         chunk = os.read(fd, _READ_CHUNK)
         if not chunk:
             break
-        room = keep - len(kept)
-        kept += chunk[:room]
-        truncated = truncated or len(chunk) > room
+        truncated = _keep(kept, chunk, keep) or truncated
     try:
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

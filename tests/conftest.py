@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import hostile_class
-from autograder import demo, sandbox
+from autograder import demo, grading, sandbox
 from autograder.cli import main
 
 CELL_TIMEOUT = "5"
@@ -26,9 +26,7 @@ def graded_class(tmp_path_factory):
     demo.make_course(root, hostile_class.A)
     cases = hostile_class.cases(root)
     hostile_class.write_submissions(root, cases)
-    (root / ".grading").mkdir(exist_ok=True)
-    main(["grade", hostile_class.A, "--course", str(root), "--workers", "1", "--student", "ada_solution",
-          "--cell-timeout", CELL_TIMEOUT])  # makes the gradebook and the secret, so their hashes can be taken
+    grading.Course(root).secret()  # made before grading, so that its hash can be taken
     before = fingerprint([root / "nbgrader_config.py", root / "source" / hostile_class.A / hostile_class.NB,
                           root / "submitted" / "ada_solution" / hostile_class.A / hostile_class.NB,
                           root / ".grading" / "secret"])

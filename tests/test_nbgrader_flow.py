@@ -1,0 +1,120 @@
+"""nbgrader's whole flow on one machine, with the real command line: the exchange
+(release, fetch, submit, collect, autograde, feedback there and back) and ``zip_collect``
+of a download from an LMS.
+
+nbgrader takes the student id from the OS user name on ``submit`` and ``fetch_feedback``;
+``--student=ID`` overrides it, so one OS user can play two students. Each person also gets a
+home folder of their own, as on separate accounts: nbgrader keeps a student's submissions
+(and the secret that ``fetch_feedback`` needs to find its feedback) in a cache in that home.
+"""
+
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+import notebook_tools as tools
+from autograder import demo, sandbox
+from autograder.cli import main
+from autograder.record import COURSE_ID, nbgrader_env
+
+pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
+
+A = "01_attention_basics"
+NB = "attention_basics.ipynb"
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """One course folder for both tests, since making one costs an nbgrader run; each test
+    checks only its own students."""
+    root = tmp_path_factory.mktemp("course")
+    demo.make_course(root, A)
+    return root
+
+
+def nbgrader(*args, cwd: Path, home: Path) -> None:
+    """Runs ``nbgrader ARGS`` in ``cwd`` as the person whose home folder is ``home``; no
+    JUPYTER_* variable may point their config or cache elsewhere."""
+    env = {k: v for k, v in nbgrader_env().items() if not k.startswith("JUPYTER_")}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env={**env, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+
+
+def solved(release_nb: Path, source_nb: Path) -> nbformat.NotebookNode:
+    """The release notebook with every answer cell filled in from the solution."""
+    nb = tools.read(release_nb)
+    for cell in tools.graded_cells(tools.read(source_nb), kind="solution"):
+        nb = tools.replace_solution(nb, tools.grade_id(cell), cell.source)
+    return nb
+
+
+def scores(course: Path, students) -> dict[str, float]:
+    """Totals from nbgrader's gradebook, which both ways of grading write."""
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE_ID) as gb:
+        return {s: gb.find_submission(A, s).score for s in students}
+
+
+def test_release_fetch_submit_collect_grade_and_feedback_through_the_exchange(course, tmp_path):
+    exchange, instructor = tmp_path / "exchange", tmp_path / "instructor"
+    exchange.mkdir()
+    instructor.mkdir()
+    homes = {s: tmp_path / s for s in ("ada", "bo")}
+
+    def as_instructor(*args):
+        nbgrader(*args, f"--Exchange.root={exchange}", cwd=course, home=instructor)
+
+    def as_students(*args):
+        """Each student runs ``nbgrader ARGS``, side by side as in a real class."""
+        def run(student):
+            homes[student].mkdir(exist_ok=True)
+            nbgrader(*args, f"--course={COURSE_ID}", f"--Exchange.root={exchange}", f"--student={student}",
+                     cwd=homes[student], home=homes[student])
+        with ThreadPoolExecutor() as pool:
+            list(pool.map(run, homes))
+
+    as_instructor("release_assignment", A)
+    as_students("fetch_assignment", A)
+    fetched = homes["ada"] / A / NB
+    nbformat.write(solved(fetched, course / "source" / A / NB), fetched)  # bo hands in the blank release
+    as_students("submit", A)
+
+    # All submissions belong to one OS user here, which collect would report as cheating attempts.
+    as_instructor("collect", A, "--CollectApp.check_owner=False")
+    for student in homes:  # release_feedback needs the secret, late penalties the timestamp
+        kept = {p.name for p in (course / "submitted" / student / A).iterdir()}
+        assert kept == {NB, "timestamp.txt", "submission_secret.txt"}
+    as_instructor("autograde", A)
+    assert scores(course, homes) == {"ada": 10, "bo": 0}
+    as_instructor("generate_feedback", A)
+    as_instructor("release_feedback", A)
+
+    as_students("fetch_feedback", A)
+    for student, total in (("ada", "10.0"), ("bo", "0.0")):
+        pages = list((homes[student] / A / "feedback").glob("*/attention_basics.html"))
+        assert len(pages) == 1, pages
+        assert f"attention_basics (Score: {total} / 10.0)" in pages[0].read_text()
+
+
+def test_zip_collect_of_a_canvas_download(course, tmp_path):
+    """Canvas's "Download Submissions" zip holds ``<name>[_LATE]_<user id>_<file id>_<file name>``
+    for every upload, with ``-1``, ``-2``, ... added to a file name uploaded again; the course's
+    ``FileNameCollectorPlugin.named_regexp`` takes the user id as the student id."""
+    archive = course / "downloaded" / A / "archive"
+    archive.mkdir(parents=True)
+    release_nb, source_nb = course / "release" / A / NB, course / "source" / A / NB
+    with zipfile.ZipFile(archive / "submissions.zip", "w") as zf:
+        zf.writestr("lovelaceada_1001_5550001_attention_basics.ipynb", nbformat.writes(solved(release_nb, source_nb)))
+        zf.writestr("bobo_LATE_1002_5550002_attention_basics-1.ipynb", release_nb.read_text())
+
+    nbgrader("zip_collect", A, cwd=course, home=tmp_path)
+    assert all((course / "submitted" / s / A / NB).is_file() for s in ("1001", "1002"))
+    assert main(["grade", A, "--course", str(course), "--student", "1001", "--student", "1002",
+                 "--workers", "2", "--cell-timeout", "10"]) == 0
+    assert scores(course, ("1001", "1002")) == {"1001": 10, "1002": 0}
