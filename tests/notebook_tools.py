@@ -80,6 +80,15 @@ def replace_solution(nb: NotebookNode, grade_id_: str, source: str) -> NotebookN
     return nb
 
 
+def filled_in(release_nb, source_nb) -> NotebookNode:
+    """The release with every answer cell filled in from the solution: what a student who got
+    everything right saves. Locked cells stay as released, so nbgrader's checksums hold."""
+    nb = read(release_nb)
+    for cell in graded_cells(read(source_nb), kind="solution"):
+        nb = replace_solution(nb, grade_id(cell), cell.source)
+    return nb
+
+
 def generate_release(assignment: str, course_root_copy, *, course_root=REPO_ROOT, timeout: int = 300) -> Path:
     """Runs ``nbgrader generate_assignment <assignment> --force`` in a copy of the course.
 

@@ -68,16 +68,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def solved_release() -> nbformat.NotebookNode:
-    """The release with every answer cell filled in from the solution notebook: what a student
-    who got everything right saves. Locked cells stay as released, so nbgrader's checksums hold."""
-    source = tools.read(tools.REPO_ROOT / "source" / ASSIGNMENT / NOTEBOOK)
-    nb = tools.read(tools.REPO_ROOT / NOTEBOOK_PATH)
-    for cell in tools.graded_cells(source, kind="solution"):
-        nb = tools.replace_solution(nb, tools.grade_id(cell), cell.source)
-    return nb
-
-
 def _start_session(base: str, token: str) -> None:
     """Starts the notebook's kernel through Jupyter's REST API, before the page opens it.
 
@@ -217,7 +207,8 @@ def test_student_runs_the_release_then_validates_the_solution(page, lab):
         #    before it runs it: a stale page would overwrite the answers and fail.
         _menu(page, "File", "Save Notebook")
         page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached")
-        nbformat.write(solved_release(), course / NOTEBOOK_PATH)
+        nbformat.write(tools.filled_in(tools.REPO_ROOT / NOTEBOOK_PATH, tools.REPO_ROOT / "source" / ASSIGNMENT / NOTEBOOK),
+                       course / NOTEBOOK_PATH)
         _menu(page, "File", "Reload Notebook from Disk")
         page.locator(".jp-OutputArea-output", has_text=FIRST_TODO).wait_for(state="detached")
         page.locator(".jp-NotebookPanel-toolbar .validate-button").click()

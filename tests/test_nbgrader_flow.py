@@ -47,14 +47,6 @@ def nbgrader(*args, cwd: Path, home: Path) -> None:
     assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
 
 
-def solved(release_nb: Path, source_nb: Path) -> nbformat.NotebookNode:
-    """The release notebook with every answer cell filled in from the solution."""
-    nb = tools.read(release_nb)
-    for cell in tools.graded_cells(tools.read(source_nb), kind="solution"):
-        nb = tools.replace_solution(nb, tools.grade_id(cell), cell.source)
-    return nb
-
-
 def scores(course: Path, students) -> dict[str, float]:
     """Totals from nbgrader's gradebook, which both ways of grading write."""
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE_ID) as gb:
@@ -82,7 +74,7 @@ def test_release_fetch_submit_collect_grade_and_feedback_through_the_exchange(co
     as_instructor("release_assignment", A)
     as_students("fetch_assignment", A)
     fetched = homes["ada"] / A / NB
-    nbformat.write(solved(fetched, course / "source" / A / NB), fetched)  # bo hands in the blank release
+    nbformat.write(tools.filled_in(fetched, course / "source" / A / NB), fetched)  # bo hands in the blank release
     as_students("submit", A)
 
     # All submissions belong to one OS user here, which collect would report as cheating attempts.
@@ -110,7 +102,7 @@ def test_zip_collect_of_a_canvas_download(course, tmp_path):
     archive.mkdir(parents=True)
     release_nb, source_nb = course / "release" / A / NB, course / "source" / A / NB
     with zipfile.ZipFile(archive / "submissions.zip", "w") as zf:
-        zf.writestr("lovelaceada_1001_5550001_attention_basics.ipynb", nbformat.writes(solved(release_nb, source_nb)))
+        zf.writestr("lovelaceada_1001_5550001_attention_basics.ipynb", nbformat.writes(tools.filled_in(release_nb, source_nb)))
         zf.writestr("bobo_LATE_1002_5550002_attention_basics-1.ipynb", release_nb.read_text())
 
     nbgrader("zip_collect", A, cwd=course, home=tmp_path)
