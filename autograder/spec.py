@@ -304,7 +304,9 @@ class GenerateCheck:
     reference's tokens, made without a cache. A prompt longer than ``block_size`` tests the
     cropping. A failure says where the tokens part from the reference's: the shape, the
     prompt, or the first new token that differs, and whether the context had outgrown
-    ``block_size`` by then."""
+    ``block_size`` by then. With ``use_cache``, right tokens are not enough: the model must
+    also run on the tokens per step that the reference's cache runs on (a cache that is never
+    used gives the right tokens too)."""
 
     object: str
     config: dict
@@ -317,8 +319,8 @@ class GenerateCheck:
         from transformer_lm import reference
 
         cfg = reference.GPTConfig(**self.config)
-        state, idx, expected = checks.generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
-        expected = expected["output"]
+        state, idx, records = checks.generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
+        expected, steps = records["output"], records["tokens_per_call"]
         plain, flat = _flatten({"init": {"config": self.config}, "state": state, "idx": idx,
                                 "max_new_tokens": self.max_new_tokens,
                                 "call_kwargs": {"top_k": 1, **self.call_kwargs}})
@@ -334,6 +336,13 @@ class GenerateCheck:
                                          f"returned {shape}; expected {tuple(expected.shape)}: the prompt followed "
                                          f"by the new tokens.")
             got = got.long()
+            seen = record.get("tokens_per_call")
+            if torch.equal(got, expected) and self.call_kwargs.get("use_cache") and seen is not None and seen.numel() \
+                    and not torch.equal(seen.long(), steps):
+                return Verdict("failed", f"{call} gives the right tokens, but ran the model on {seen.tolist()} tokens "
+                                         f"per step: with the cache it runs on the prompt (at most block_size="
+                                         f"{cfg.block_size} tokens) first, then on one new token per step until the "
+                                         f"cache is full, then starts again: {steps.tolist()}.")
             if torch.equal(got, expected):
                 return Verdict("passed", "Correct: the greedy tokens are the reference's.")
             if not torch.equal(got[:, :self.prompt], idx):

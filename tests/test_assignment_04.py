@@ -574,17 +574,23 @@ def test_context_mistakes_in_generation_are_caught(source_nb):
                   if not v.passed]
         assert failed and "the greedy tokens differ from the reference's" in failed[0].message
         failed = [v for v in hidden_verdicts(solution_namespace(source_nb, sliding), "kv_cache", secret)
-                  if not v.passed]
-        assert failed and "did the cache restart from the last block_size tokens?" in failed[0].message
+                  if not v.passed]  # the tokens give it away, or the steps the model ran on when they do not
+        assert failed and ("did the cache restart from the last block_size tokens?" in failed[0].message
+                           or "until the cache is full, then starts again" in failed[0].message), failed
 
 
-def test_a_cache_that_is_not_used_fails_the_visible_check(source_nb):
-    """The grader only compares tokens, which a cache that is never used gets right too; the
-    visible check counts the tokens the model sees at each step."""
-    unused = ("def generate_with_cache(model, idx, max_new_tokens, temperature=1.0, top_k=None):\n"
-              "    return generate_tokens(model, idx, max_new_tokens, temperature, top_k)\n")
-    printed = visible_check_of(source_nb, "kv_cache_test", {"kv_cache": unused})
+def test_a_cache_that_is_not_used_fails_the_visible_and_the_hidden_checks(source_nb):
+    """A cache that is never used gives the right tokens too: both checks also count the tokens
+    the model runs on at each step."""
+    unused = {"kv_cache": "def generate_with_cache(model, idx, max_new_tokens, temperature=1.0, top_k=None):\n"
+                          "    return generate_tokens(model, idx, max_new_tokens, temperature, top_k)\n"}
+    printed = visible_check_of(source_nb, "kv_cache_test", unused)
     assert "ran the model on [2, 3, 4, 5] tokens per step" in printed, printed
+    for secret in (b"one course", b"another course"):
+        failed = [v for v in hidden_verdicts(solution_namespace(source_nb, unused), "kv_cache", secret)
+                  if not v.passed]
+        assert failed and "gives the right tokens, but ran the model on [3, 4, 5, 6] tokens per step" \
+            in failed[0].message, failed[0].message if failed else "passed"
 
 
 def test_grading_takes_seconds_per_submission(graded):

@@ -13,6 +13,7 @@ dropout left on in eval mode) and ``grad.<input or parameter name>``.
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import torch
@@ -136,17 +137,36 @@ def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, 
     return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, {}, grad_output, repeat=False)
 
 
+@contextlib.contextmanager
+def tokens_per_call(model: torch.nn.Module):
+    """Collects how many tokens per sequence each call of ``model`` runs on: a model used with a
+    KV cache runs on the prompt first, then on one new token per step."""
+    seen: list[int] = []
+
+    def count(module, args, kwargs):
+        tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if tokens is not None:
+            seen.append(int(tokens.shape[-1]))
+
+    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        hook.remove()
+
+
 def probe_generate(cls, init: dict, state: dict[str, torch.Tensor], idx: torch.Tensor, max_new_tokens: int,
                    call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     """Builds the student's model with ``state``, in eval mode, and records
-    ``generate(idx, max_new_tokens, **call_kwargs)`` as ``output``."""
+    ``generate(idx, max_new_tokens, **call_kwargs)`` as ``output``, and the tokens that each
+    call of the model ran on as ``tokens_per_call``."""
     torch.manual_seed(0)
     model = build(cls, init)
     load_parameters(model, state)
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), tokens_per_call(model) as seen:
         tokens = model.generate(idx.clone(), max_new_tokens, **(call_kwargs or {}))
-    return {"output": plain(tokens)}
+    return {"output": plain(tokens), "tokens_per_call": torch.tensor(seen, dtype=torch.long)}
 
 
 def probe_function(fn, inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
