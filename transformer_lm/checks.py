@@ -117,10 +117,15 @@ class Verdict:
             raise CheckFailed(self.message + hint)
 
 
+def _changes_between_calls(got: dict[str, torch.Tensor], rtol: float, atol: float) -> bool:
+    """Whether two calls in eval mode on the same input gave different outputs (dropout left on)."""
+    return "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol) is not None
+
+
 def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mistake, dict[str, torch.Tensor]],
                      rtol: float = RTOL, atol: float = ATOL) -> catalog.Mistake | None:
     """The first catalogued mistake whose record matches ``got`` on every tensor it holds."""
-    if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
+    if _changes_between_calls(got, rtol, atol):
         return catalog.BY_NAME["dropout_in_eval"]
     for mistake, record in candidates.items():
         if all(key in got and difference(key, got[key], value, rtol, atol) is None for key, value in record.items()):
@@ -143,7 +148,7 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
         problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol, values)
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
-    if "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol):
+    if _changes_between_calls(got, rtol, atol):
         return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
                        catalog.BY_NAME["dropout_in_eval"])
     gradients = any(k.startswith("grad.") for k in expected)
