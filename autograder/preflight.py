@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer_lm.checks import mentioned_names
+from transformer_lm.checks import mentioned_names, parse_cell
 
 SKIP_TAG = "skip-grading"
 
@@ -172,10 +172,8 @@ def forbidden_name(path: str) -> str:
 
 def _monkeypatches(source: str) -> bool:
     """True when the code assigns to an attribute of a library module (``torch.allclose = ...``)."""
-    try:
-        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                                    for line in source.splitlines()))
-    except SyntaxError:
+    tree = parse_cell(source)
+    if tree is None:
         return False
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]

@@ -20,6 +20,7 @@ import inspect
 import math
 import re
 import textwrap
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,6 +30,7 @@ from transformer_lm import mistakes as catalog
 from transformer_lm import probes, reference
 from transformer_lm.reference import AttentionWeights
 
+_PARSING = threading.Lock()  # see parse_cell
 RTOL = 1e-4
 ATOL = 1e-5
 
@@ -296,13 +298,24 @@ def call_student(name: str, function, *args, **kwargs):
         raise CheckFailed(f"{name} raised {type(error).__name__}: {error}") from error
 
 
+def parse_cell(source: str) -> ast.Module | None:
+    """A notebook cell's code as a syntax tree, with IPython magics and shell escapes left out;
+    None when it is not valid Python. One thread at a time: CPython 3.11 can fail with
+    "AST constructor recursion depth mismatch" when threads build syntax trees at once, and the
+    grader grades submissions in threads."""
+    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    with _PARSING:
+        try:
+            return ast.parse(python)
+        except SyntaxError:
+            return None
+
+
 def mentioned_names(source: str) -> set[str]:
     """Every identifier, attribute name and word in a string constant that ``source`` mentions
     (IPython magics and shell escapes are ignored). Used to spot forbidden library calls."""
-    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-    try:
-        tree = ast.parse(python)
-    except SyntaxError:
+    tree = parse_cell(source)
+    if tree is None:
         return set(re.findall(r"\w+", source))
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
