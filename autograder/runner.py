@@ -273,10 +273,8 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
                 plan["skip_cells"].append(cell.index)
     tensors = {}
     for pid, prep in prepared.items():
-        call = prep.call
-        plan["calls"][pid] = {"probe": call.probe, "objects": call.objects, "arguments": call.arguments,
-                              "tensor_keys": list(call.tensors)}
-        tensors.update({f"{pid}::{name}": t.contiguous() for name, t in call.tensors.items()})
+        plan["calls"][pid] = prep.call.plan()
+        tensors.update({f"{pid}::{name}": t.contiguous() for name, t in prep.call.tensors.items()})
 
     result = RunResult()
     owner = {pid: probe_cells[pid] for pid in prepared}

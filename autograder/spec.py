@@ -45,6 +45,11 @@ class ProbeCall:
     arguments: dict = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def plan(self) -> dict:
+        """The call as the harness reads it from a plan (JSON): the tensors travel apart, by name."""
+        return {"probe": self.probe, "objects": self.objects, "arguments": self.arguments,
+                "tensor_keys": list(self.tensors)}
+
 
 @dataclass
 class Prepared:

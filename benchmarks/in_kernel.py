@@ -25,10 +25,9 @@ def check(grade_id: str, namespace: dict) -> None:
     course, assignment = Course(Path(os.environ[COURSE])), os.environ[ASSIGNMENT]
     item = next(i for i in load_items(assignment) if i.grade_id == grade_id)
     for index, hidden in enumerate(item.checks):
-        call = hidden.prepare(generator_for(course.secret(), assignment, grade_id, index))
-        plan = {"probe": call.call.probe, "objects": call.call.objects, "arguments": call.call.arguments,
-                "tensor_keys": list(call.call.tensors)}
-        value = run_probe(plan, namespace, {f"{grade_id}::{k}": t for k, t in call.call.tensors.items()}, grade_id)
+        prepared = hidden.prepare(generator_for(course.secret(), assignment, grade_id, index))
+        tensors = {f"{grade_id}::{name}": t for name, t in prepared.call.tensors.items()}
+        value = run_probe(prepared.call.plan(), namespace, tensors, grade_id)
         record = as_record(value)
-        verdict = call.judge(record or {}, None if record is not None else value)
+        verdict = prepared.judge(record or {}, None if record is not None else value)
         assert verdict.passed, verdict.message

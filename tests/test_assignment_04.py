@@ -216,20 +216,10 @@ def zero_fill(source_nb) -> str:
 
 
 @pytest.fixture(scope="module")
-def source_nb():
-    return tools.read(SOURCE_DIR / NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
 def solved(source_nb):
-    """The solution notebook, training included, executed once, and how long it took."""
+    """The solution notebook, training included, executed once, and how long it took (in place
+    of conftest's, for the training's longer time limit)."""
     return tools.execute_timed(source_nb, cwd=SOURCE_DIR, timeout=230)
-
-
-@pytest.fixture(scope="module")
-def released_run():
-    """The committed student notebook, executed with errors allowed."""
-    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -302,22 +292,14 @@ def hidden_verdicts(namespace: dict, grade_id: str, secret: bytes) -> list:
     """The hidden checks of ``grade_id`` judged on objects of ``namespace``, without the sandbox:
     each probe called here as the harness would call it."""
     from autograder.grading import generator_for, load_items
-    from transformer_lm import probes
+    from autograder.harness import run_probe
 
     item = next(i for i in load_items(ASSIGNMENT) if i.grade_id == grade_id)
     verdicts = []
     for index, check in enumerate(item.checks):
         prepared = check.prepare(generator_for(secret, ASSIGNMENT, grade_id, index))
-        arguments = dict(prepared.call.arguments)
-        for name, tensor in prepared.call.tensors.items():
-            outer, _, inner = name.partition("/")
-            if inner:
-                arguments.setdefault(outer, {})[inner] = tensor
-            else:
-                arguments[name] = tensor
-        objects = {argument: namespace[name] for argument, name in prepared.call.objects.items()}
-        record = getattr(probes, prepared.call.probe)(**objects, **arguments)
-        verdicts.append(prepared.judge(record, None))
+        tensors = {f"{grade_id}::{name}": t for name, t in prepared.call.tensors.items()}
+        verdicts.append(prepared.judge(run_probe(prepared.call.plan(), namespace, tensors, grade_id), None))
     return verdicts
 
 
