@@ -1,4 +1,5 @@
-"""Shared fixtures: one hostile class of assignment 01, graded once per test session."""
+"""Shared fixtures: one hostile class of assignment 01, graded once per test session, and each
+assignment's notebooks for its test module (which names SOURCE_DIR, RELEASE_DIR and NOTEBOOK)."""
 
 import hashlib
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import hostile_class
+import notebook_tools as tools
 from autograder import demo, grading, sandbox
 from autograder.cli import main
 
@@ -32,3 +34,21 @@ def graded_class(tmp_path_factory):
                           root / ".grading" / "secret"])
     assert main(["grade", hostile_class.A, "--course", str(root), "--workers", "2", "--cell-timeout", CELL_TIMEOUT]) == 0
     return root, {case.student: case for case in cases}, before
+
+
+@pytest.fixture(scope="module")
+def source_nb(request):
+    """The test module's solution notebook."""
+    return tools.read(request.module.SOURCE_DIR / request.module.NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def solved(request, source_nb):
+    """The solution notebook, executed once, and how long it took."""
+    return tools.execute_timed(source_nb, cwd=request.module.SOURCE_DIR)
+
+
+@pytest.fixture(scope="module")
+def released_run(request):
+    """The committed student notebook, executed with errors allowed."""
+    return tools.execute(request.module.RELEASE_DIR / request.module.NOTEBOOK, allow_errors=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 import notebook_tools as tools
 
 ASSIGNMENT = "01_attention_basics"
@@ -98,23 +96,6 @@ class MultiHeadAttention(nn.Module):
 
         return context_vec
 '''
-
-
-@pytest.fixture(scope="module")
-def source_nb():
-    return tools.read(SOURCE_DIR / NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
-def solved(source_nb):
-    """The solution notebook, executed once, and how long it took."""
-    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
-
-
-@pytest.fixture(scope="module")
-def released_run():
-    """The committed student notebook, executed with errors allowed."""
-    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -190,23 +190,6 @@ def release_with(answers: dict[str, str]):
 
 
 @pytest.fixture(scope="module")
-def source_nb():
-    return tools.read(SOURCE_DIR / NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
-def solved(source_nb):
-    """The solution notebook, executed once, and how long it took."""
-    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
-
-
-@pytest.fixture(scope="module")
-def released_run():
-    """The committed student notebook, executed with errors allowed."""
-    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
-
-
-@pytest.fixture(scope="module")
 def reports(source_nb, tmp_path_factory):
     """Three submissions graded in one run of ``autograder grade``:
 

@@ -48,23 +48,6 @@ def wrong_norm_order(source_nb) -> str:
 
 
 @pytest.fixture(scope="module")
-def source_nb():
-    return tools.read(SOURCE_DIR / NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
-def solved(source_nb):
-    """The solution notebook, executed once, and how long it took."""
-    return tools.execute_timed(source_nb, cwd=SOURCE_DIR)
-
-
-@pytest.fixture(scope="module")
-def released_run():
-    """The committed student notebook, executed with errors allowed."""
-    return tools.execute(RELEASE_DIR / NOTEBOOK, allow_errors=True)
-
-
-@pytest.fixture(scope="module")
 def reports(source_nb, tmp_path_factory):
     """One class graded by the real grader, in one call: the solution; an answer that calls
     F.scaled_dot_product_attention together with a decoder layer whose LayerNorms are in the
