@@ -170,6 +170,40 @@ def errors(cell) -> list[tuple[str, str]]:
     return [(o.ename, strip_ansi(o.evalue)) for o in cell.get("outputs", []) if o.output_type == "error"]
 
 
+def assert_graded_as_planned(source_nb: NotebookNode, points: dict[str, int]) -> dict[str, int]:
+    """Each item of ``points`` (its answer cell's grade_id -> points) has its answer cell, then
+    its test cell ``<grade_id>_test`` with those points right after, under a markdown heading
+    that states them; 10 points in all. Returns the test cells' points by grade_id."""
+    tests = {grade_id(c): c.metadata["nbgrader"]["points"] for c in graded_cells(source_nb, kind="grade")}
+    assert tests == {f"{name}_test": value for name, value in points.items()}
+    assert sum(tests.values()) == 10
+    for name, value in points.items():
+        index = source_nb.cells.index(cell_by_grade_id(source_nb, name))
+        assert grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
+        heading = source_nb.cells[index - 1]
+        assert heading.cell_type == "markdown"
+        assert f"({value} point{'s' if value > 1 else ''})" in heading.source.splitlines()[0]
+    return tests
+
+
+def assert_every_check_says_todo(released_run: NotebookNode, test_ids) -> None:
+    """A release run top to bottom with errors allowed: every visible test in ``test_ids`` fails
+    with a TODO message, and no cell fails any other way than an unwritten answer does."""
+    test_ids = set(test_ids)
+    for cell in released_run.cells:
+        if cell.cell_type != "code":
+            continue
+        found = errors(cell)
+        if grade_id(cell) in test_ids:
+            assert found, f"{grade_id(cell)} passed on an empty answer"
+        for ename, evalue in found:
+            todo = ename == "CheckFailed" and "TODO" in evalue
+            assert todo or ename == "NotImplementedError", (
+                f"cell {cell.id} ({grade_id(cell)}) fails with {ename}: {evalue}")
+            if grade_id(cell) in test_ids:
+                assert todo, f"{grade_id(cell)}: {ename}: {evalue}"
+
+
 def grade_class(assignment: str, course_root, submissions: dict[str, NotebookNode], *, cell_timeout: float = 30,
                 workers: int = 2) -> dict[str, dict]:
     """Grades ``submissions`` (student -> notebook) of ``assignment`` with the real

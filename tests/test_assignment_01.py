@@ -103,28 +103,15 @@ class MultiHeadAttention(nn.Module):
 # --------------------------------------------------------------------------------------
 
 
-def test_source_is_clean_and_graded_as_planned(source_nb):
-    assert source_nb.metadata["kernelspec"]["name"] == "python3"
+def test_source_is_graded_as_planned(source_nb):
+    """Its items, their points and the cells around them. What every source must be (clean, with
+    a locked setup cell first) is checked for every assignment in test_notebooks.py."""
     assert source_nb.metadata["language_info"]["name"] == "python"
-    for cell in source_nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, f"outputs left in cell {cell.id}"
 
     setup = tools.cell_by_grade_id(source_nb, "setup")
-    assert source_nb.cells.index(setup) < 3 and setup.metadata["nbgrader"]["locked"]
     assert "transformer_lm" not in setup.source
 
-    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")}
-    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
-    assert sum(tests.values()) == 10
-
-    for name, points in POINTS.items():
-        answer = tools.cell_by_grade_id(source_nb, name)
-        index = source_nb.cells.index(answer)
-        assert tools.grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
-        heading = source_nb.cells[index - 1]
-        assert heading.cell_type == "markdown"
-        assert f"({points} point{'s' if points > 1 else ''})" in heading.source.splitlines()[0]
+    tools.assert_graded_as_planned(source_nb, POINTS)
 
 
 # --------------------------------------------------------------------------------------
@@ -196,19 +183,7 @@ def test_every_check_passes_in_the_solution(solved):
 
 
 def test_release_reports_todo_everywhere(released_run):
-    test_ids = {f"{name}_test" for name in POINTS}
-    for cell in released_run.cells:
-        if cell.cell_type != "code":
-            continue
-        found = tools.errors(cell)
-        if tools.grade_id(cell) in test_ids:
-            assert found, f"{tools.grade_id(cell)} passed on an empty answer"
-        for ename, evalue in found:
-            todo = ename == "CheckFailed" and "TODO" in evalue
-            assert todo or ename == "NotImplementedError", (
-                f"cell {cell.id} ({tools.grade_id(cell)}) fails with {ename}: {evalue}")
-            if tools.grade_id(cell) in test_ids:
-                assert todo, f"{tools.grade_id(cell)}: {ename}: {evalue}"
+    tools.assert_every_check_says_todo(released_run, [f"{name}_test" for name in POINTS])
     # Cells that need no student code still show their numbers.
     text = tools.squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
     assert "tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])" in text
