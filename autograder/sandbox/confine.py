@@ -1,0 +1,172 @@
+"""What confines the student's process: bubblewrap's options, the trusted wrapper that starts
+the command inside, and the limits (see :mod:`autograder.sandbox` for what the process gets).
+
+How the process becomes uid 65534, and why the fork-bomb limit holds
+---------------------------------------------------------------------
+``RLIMIT_NPROC`` is what bounds a fork bomb, and the kernel does not enforce it for a process whose
+real uid outside every user namespace is root. So letting bwrap map the sandbox uid to root
+(``bwrap --unshare-user --uid 65534`` run as root) leaves fork bombs unbounded. The limit must also
+count this sandbox's processes only: ``RLIMIT_NPROC`` counts per user and per user namespace, so
+sandboxes that share a uid in one namespace would share one budget and fail each other when a
+grader runs several at once (torch's threads count as processes too).
+
+* When the grader runs as root, bwrap runs privileged: as root it can bind the interpreter even
+  where it lives under an unreadable ``/root``, and it builds the filesystem and namespaces. The
+  first process inside (:data:`_WRAPPER`, trusted code) holds only ``CAP_SETUID`` and
+  ``CAP_SETGID``; it drops to uid and gid 65534 for real (all capabilities go with uid 0), then
+  creates a user namespace of its own that maps 65534 to 65534 and forbids nested user
+  namespaces, sets the limits, and executes the student's command. The student is uid 65534 inside
+  and outside, so the kernel enforces ``RLIMIT_NPROC``, counted in this sandbox's namespace only.
+  (Dropping to 65534 *before* bwrap was tried: bwrap then cannot reach an interpreter under
+  ``/root``, not even through ``--ro-bind-fd``, because it resolves the path.)
+* When the grader runs as another user (the course's container), bwrap runs unprivileged and
+  creates the user namespace itself (``--unshare-user --uid 65534 --disable-userns``); the wrapper
+  sets the limits inside it, so again they count this sandbox alone.
+
+Memory: ``RLIMIT_AS`` is per process. ``import torch`` and a small forward/backward need about
+0.7 GiB of address space with 2 threads and 1.5 GiB with 16, so the default of 4 GiB lets torch
+work while a 50 GB allocation fails at once. A process can still fork up to ``processes`` children
+of that size; tmpfs folders count against their ``--size``, not against ``RLIMIT_AS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+SANDBOX_UID = 65534
+"""uid and gid of the student's process (``nobody``/``nogroup`` on Debian)."""
+
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+_PASSWD = f"nobody:x:{SANDBOX_UID}:{SANDBOX_UID}:nobody:/tmp:/usr/sbin/nologin\n"
+_GROUP = f"nogroup:x:{SANDBOX_UID}:\n"
+
+_WRAPPER = f"""\
+import json, os, resource, socket, sys
+spec = json.loads(sys.argv[1])
+sock = socket.socket(fileno=spec["sock"])
+fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in spec["writable"]]
+if fds:
+    socket.send_fds(sock, [b"w"], fds)
+sock.close()
+for fd in fds:
+    os.close(fd)
+if spec["drop_root"]:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    os.setgroups([])
+    os.setgid({SANDBOX_UID})
+    os.setuid({SANDBOX_UID})
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: setuid cleared it; /proc/self/*_map need it
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for path, text in (("/proc/self/uid_map", "{SANDBOX_UID} {SANDBOX_UID} 1"),
+                       ("/proc/self/setgroups", "deny"),
+                       ("/proc/self/gid_map", "{SANDBOX_UID} {SANDBOX_UID} 1"),
+                       ("/proc/sys/user/max_user_namespaces", "0")):
+        with open(path, "w") as f:
+            f.write(text)
+for name, value in spec["rlimits"]:
+    resource.setrlimit(getattr(resource, name), (value, value))
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+"""The first process inside the sandbox (and in a plain subprocess): trusted code that runs before
+the student's. It hands the parent a descriptor of each writable tmpfs (so that their contents can
+be copied out after the sandbox is gone), drops root where bwrap ran as root (see the module
+docstring), sets the resource limits and executes the command. Executing the command clears every
+capability the new user namespace gave it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one run."""
+
+    wall_seconds: float = 60.0
+    """Whole run; after this the process group is killed (and with it the pid namespace)."""
+    memory_bytes: int = 4 * 2**30
+    """``RLIMIT_AS`` of each process: torch imports, a 50 GB allocation fails."""
+    processes: int = 64
+    """``RLIMIT_NPROC``: processes and threads of the sandbox together (bounds a fork bomb)."""
+    file_size_bytes: int = 64 * 2**20
+    """``RLIMIT_FSIZE``: the largest file the process may write."""
+    output_bytes: int = 1 * 2**20
+    """Merged stdout and stderr kept; the rest is read and dropped."""
+    scratch_bytes: int = 256 * 2**20
+    """Size of each tmpfs: ``/tmp``, ``/dev/shm`` and every writable folder."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What confines student code on this machine."""
+
+    name: str
+    """``"bubblewrap"`` or ``"none"``."""
+    detail: str
+    """One line for a TA: what is in force, or why bubblewrap is unavailable and what to do."""
+
+
+def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
+                info_fd: int, data_fds: list[int]) -> list[str]:
+    """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`."""
+    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+            "--info-fd", str(info_fd)]
+    if os.geteuid() == 0:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for _WRAPPER's drop
+    else:
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+                 "--disable-userns"]
+    made = {"/"}
+
+    def parents(dest: str) -> list[str]:
+        """Create the missing parents of ``dest`` traversable (bwrap would make them 0700)."""
+        out = []
+        parent = os.path.dirname(dest)
+        chain = []
+        while parent not in made:
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+        for path in reversed(chain):
+            out += ["--perms", "0755", "--dir", path]
+            made.add(path)
+        made.add(dest)
+        return out
+
+    for path in _SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+        else:
+            continue
+        made.add(path)
+    for path in _ETC_PATHS:
+        if os.path.exists(path):
+            args += parents(path) + ["--ro-bind", path, path]
+    for fd, path in zip(data_fds, ("/etc/passwd", "/etc/group")):
+        args += parents(path) + ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    size = str(limits.scratch_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+    args += parents("/tmp") + ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+    for path in _interpreter_dirs():
+        args += parents(path) + ["--ro-bind", path, path]
+    binds = [(os.path.normpath(dest), "ro", src) for src, dest in readonly.items()]
+    binds += [(os.path.normpath(dest), "rw", src) for src, dest in writable.items()]
+    for dest, kind, src in sorted(binds, key=lambda bind: bind[0].count("/")):
+        args += parents(dest)
+        if kind == "ro":
+            args += ["--ro-bind", src, dest]
+        else:
+            args += ["--perms", "1777", "--size", size, "--tmpfs", dest]
+    return args + ["--remount-ro", "/", "--chdir", cwd]
+
+
+def _interpreter_dirs() -> list[str]:
+    """The grader's venv and base interpreter, which the sandbox sees at their host paths."""
+    dirs = {sys.prefix, sys.base_prefix,
+            os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    return sorted(d for d in dirs
+                  if not any(d == s or d.startswith(s + "/") for s in _SYSTEM_PATHS))
