@@ -2,10 +2,10 @@
 
 Everything here reads ``reports/<assignment>/<student>.json`` (what ``autograder grade``
 writes), so a report can be remade anywhere those files are, without grading again or
-loading the hidden checks. The page follows :mod:`autograder.feedback`: every string is
-escaped (student ids come from folder names, messages quote student code), there is no
-script, and a Content-Security-Policy forbids everything but inline style and the embedded
-plots (PNG data URIs, drawn by matplotlib's Agg canvas).
+loading the hidden checks. The page follows :mod:`autograder.feedback`: a template
+(``templates/report.html.j2``) that escapes every string (student ids come from folder names,
+messages quote student code), no script, and a Content-Security-Policy that forbids everything
+but inline style and the embedded plots (PNG data URIs, drawn by matplotlib's Agg canvas).
 """
 
 from __future__ import annotations
@@ -16,24 +16,18 @@ import io
 import json
 import statistics
 from collections import Counter
-from html import escape
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from autograder.feedback import PAGES
 from autograder.grading import STATUSES, Course, SubmissionResult, load_results
 from autograder.record import item_message
 
 # Gradescope shows a submission's results once the instructor publishes the grades, as
 # nbgrader's release_feedback hands out feedback only when the instructor does.
 GRADESCOPE_VISIBILITY = "after_published"
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; color: #1b1b1b; }
-table { border-collapse: collapse; margin: 1rem 0; } td, th { border: 1px solid #ccc; padding: .3rem .5rem; }
-td.n { text-align: right; } img { max-width: 100%; }
-"""
 
 
 def item_order(results: list[SubmissionResult]) -> list[str]:
@@ -75,28 +69,6 @@ def _histogram(totals: list[float], max_total: float) -> str:
     return _png(fig)
 
 
-def _table(table_id: str, head: list[str], rows: list[list[str]]) -> str:
-    """A table of cells already made by :func:`_text`, :func:`_number` or :func:`_list`."""
-    return (f'<table id="{table_id}"><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(row) + "</tr>" for row in rows) + "</table>")
-
-
-def _text(text: str) -> str:
-    return f"<td>{escape(text)}</td>"
-
-
-def _number(number: str) -> str:
-    return f'<td class="n">{escape(number)}</td>'
-
-
-def _list(texts: list[str]) -> str:
-    return "<td><ul>" + "".join(f"<li>{escape(t)}</li>" for t in texts) + "</ul></td>"
-
-
-def _img(alt: str, uri: str) -> str:
-    return f'<img alt="{escape(alt)}" src="{uri}">'
-
-
 def render(assignment: str, results: list[SubmissionResult]) -> str:
     """The instructor's page: headline numbers, score distribution, pass rate per item,
     named mistakes, how often each status occurs, and flags per student."""
@@ -107,44 +79,21 @@ def render(assignment: str, results: list[SubmissionResult]) -> str:
     order = item_order(results)
     points = {i.grade_id: i.max_score for i in items}
     passed = Counter(i.grade_id for i in items if i.status == "passed")
-    mean_score = {g: sum(i.score for i in items if i.grade_id == g) / n for g in order}
     mistakes = Counter(i.mistake for i in items if i.mistake).most_common()
     statuses = Counter(i.status for i in items)
     hit = Counter(status for r in results for status in {i.status for i in r.items})
-    flagged = [r for r in results if r.flags]
-
-    parts = [
-        f"<h1>{escape(assignment)}: class report</h1>",
-        f"<p><b>{n}</b> submissions; mean <b>{statistics.mean(totals):.2f}</b>, "
-        f"median <b>{statistics.median(totals):.2f}</b> of {max_total:g} automatically graded points.</p>",
-        _img("Histogram of the totals", _histogram(totals, max_total)),
-        "<h2>Items</h2>",
-        _img("Pass rate per item", _bars(order, [100 * passed[g] / n for g in order], "% of submissions that passed",
-                                         "Pass rate per item", xmax=100)),
-        _table("items", ["item", "points", "passed", "pass rate", "mean score"],
-               [[_text(g), _number(f"{points[g]:g}"), _number(f"{passed[g]}/{n}"),
-                 _number(f"{100 * passed[g] / n:.0f}%"), _number(f"{mean_score[g]:.2f}")] for g in order]),
-        "<h2>Named mistakes</h2>",
-    ]
-    if mistakes:
-        parts += [_img("Named mistakes", _bars([m for m, _ in mistakes], [c for _, c in mistakes], "items",
-                                               "How often each named mistake occurs")),
-                  _table("mistakes", ["mistake", "items"], [[_text(m), _number(str(c))] for m, c in mistakes])]
-    else:
-        parts.append("<p>No answer was recognised as a catalogued mistake.</p>")
-    parts += ["<h2>Statuses</h2>",
-              _table("statuses", ["status", "items", "submissions"],
-                     [[_text(s), _number(str(statuses[s])), _number(str(hit[s]))] for s in STATUSES if statuses[s]]),
-              "<h2>Flags</h2>"]
-    if flagged:
-        parts.append(_table("flags", ["student", "total", "flags"],
-                            [[_text(r.student), _number(f"{r.total:g}"), _list(r.flags)] for r in flagged]))
-    else:
-        parts.append("<p>No submission was flagged.</p>")
-    return ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-            f"<title>{escape(assignment)}: class report</title><style>{STYLE}</style></head><body>"
-            + "".join(parts) + "</body></html>\n")
+    return PAGES.get_template("report.html.j2").render(
+        assignment=assignment, n=n, mean=statistics.mean(totals), median=statistics.median(totals),
+        max_total=max_total, histogram=_histogram(totals, max_total),
+        pass_rates=_bars(order, [100 * passed[g] / n for g in order], "% of submissions that passed",
+                         "Pass rate per item", xmax=100),
+        items=[{"grade_id": g, "points": points[g], "passed": passed[g],
+                "mean": sum(i.score for i in items if i.grade_id == g) / n} for g in order],
+        mistakes=mistakes,
+        mistakes_plot=_bars([m for m, _ in mistakes], [c for _, c in mistakes], "items",
+                            "How often each named mistake occurs") if mistakes else None,
+        statuses=[(s, statuses[s], hit[s]) for s in STATUSES if statuses[s]],
+        flagged=[r for r in results if r.flags])
 
 
 def _spreadsheet_safe(text: str) -> str:

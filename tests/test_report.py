@@ -59,6 +59,7 @@ def reported(graded_class, tmp_path_factory):
     """A course folder with the graded class's reports plus a hostile one, after `autograder report`."""
     source, _, _ = graded_class
     root = tmp_path_factory.mktemp("report")
+    shutil.copy(source / "nbgrader_config.py", root)
     folder = root / "reports" / A
     folder.mkdir(parents=True)
     for path in (source / "reports" / A).glob("*.json"):
@@ -135,6 +136,7 @@ def test_gradescope_results_per_submission(reported):
 
 
 def test_without_reports_it_says_to_grade_first(tmp_path, capsys):
+    shutil.copy(hostile_class.REPO / "nbgrader_config.py", tmp_path)
     assert main(["report", A, "--course", str(tmp_path)]) == 1
     assert f"run `autograder grade {A}` first" in capsys.readouterr().out
     assert not (tmp_path / "reports" / A / "report.html").exists()
