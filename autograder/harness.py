@@ -3,8 +3,9 @@
     python harness.py PLAN.json INPUTS.safetensors OUT_DIR [--isolated] [--wipe DIR ...]
 
 This file is copied into the sandbox on its own: it imports only the standard library,
-torch, safetensors, IPython and the student-visible modules of :mod:`transformer_lm`, never
-the grader, the hidden checks or the reference. It judges nothing.
+torch, safetensors, IPython and ``transformer_lm/sandboxed`` (the probes and how a call travels,
+:func:`transformer_lm.sandboxed.probes.call_probe`), never the grader, the hidden checks or the
+reference. It judges nothing.
 
 It is a warm server (see :class:`autograder.sandbox.Session`): it imports what notebooks use
 once, then for each ``run TOKEN`` line on its standard input forks a fresh process that reads the
@@ -42,7 +43,7 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 from safetensors.torch import load_file, save_file
 
-from transformer_lm import probes
+from transformer_lm.sandboxed import probes
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
@@ -83,37 +84,10 @@ def describe(error: BaseException) -> str:
     return text[:MAX_MESSAGE]
 
 
-def unflatten(names: list[str], tensors: dict[str, torch.Tensor], prefix: str) -> dict:
-    """Rebuilds probe arguments from ``name`` and ``name/key`` tensors, in plan order."""
-    arguments: dict = {}
-    for name in names:
-        value = tensors[f"{prefix}{name}"]
-        if "/" in name:
-            outer, inner = name.split("/", 1)
-            arguments.setdefault(outer, {})[inner] = value
-        else:
-            arguments[name] = value
-    return arguments
-
-
 def run_probe(call: dict, namespace: dict, tensors: dict[str, torch.Tensor], pid: str):
-    """Resolves the student's objects by name and calls the probe."""
-    objects = {}
-    for argument, name in call["objects"].items():
-        if name not in namespace:
-            raise probes.ProbeError(f"{name} is not defined: its cell did not run, or the name was changed.")
-        objects[argument] = namespace[name]
-    probe = getattr(probes, call["probe"])
-    arguments = {**call["arguments"], **unflatten(call["tensor_keys"], tensors, f"{pid}::")}
-    torch.set_grad_enabled(True)
-    return probe(**objects, **arguments)
-
-
-def as_record(value) -> dict[str, torch.Tensor] | None:
-    """A probe's result as a record of plain tensors; None when it is a plain value."""
-    if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
-        return {k: probes.plain(v) for k, v in value.items()}
-    return None
+    """Calls the planned probe ``pid`` on the student's objects, with its own tensors."""
+    own = {name: tensors[probes.tensor_key(pid, name)] for name in call["tensor_keys"]}
+    return probes.call_probe(call, namespace, own)
 
 
 def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
@@ -138,7 +112,7 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
             journal.log("probe_start", probe=pid)
             try:
                 value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
-                record = as_record(value)
+                record = probes.as_record(value)
                 if record is not None:
                     save(record, os.path.join(out_dir, f"{pid}.safetensors"))
                     journal.log("probe_end", probe=pid, saved=True)
@@ -172,7 +146,7 @@ def warm_up() -> None:
     import matplotlib.pyplot  # noqa: F401
     import numpy  # noqa: F401
 
-    from transformer_lm import test_values, viz  # noqa: F401
+    from transformer_lm.sandboxed import test_values, viz  # noqa: F401
 
     probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer_lm.checks import mentioned_names, parse_cell
+from transformer_lm.source_scan import mentioned_names, parse_cell
 
 SKIP_TAG = "skip-grading"
 

@@ -26,13 +26,14 @@ from safetensors.torch import load, save_file
 
 import transformer_lm
 from autograder import sandbox
-from autograder.preflight import Preflight
-from autograder.spec import Prepared
+from autograder.preflight import Cell, Preflight
+from transformer_lm.kinds import Prepared
+from transformer_lm.sandboxed import probes
 
 HARNESS = Path(__file__).with_name("harness.py")
-# What student code may import from the course package: probes (called by the harness),
-# the public test values and the plotting helpers. Never the reference or the checks.
-SANDBOX_MODULES = ("__init__.py", "probes.py", "test_values.py", "viz.py", "data")
+# What student code may import from the course package: its empty ``__init__.py`` and the folder
+# ``transformer_lm/sandboxed/`` (probes, public test values, plots). Never the reference or the checks.
+SANDBOX_MODULES = ("__init__.py", "sandboxed")
 MAX_RECORD_BYTES = 16 * 2**20
 MAX_JOURNAL_BYTES = 4 * 2**20
 MOUNTS = {"in": "/grader/in", "lib": "/grader/lib", "out": "/grader/out", "scratch": "/scratch"}
@@ -258,13 +259,35 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
-    the grade_id of the answer cell after which it runs.
+    the grade_id of the answer cell after which it runs. A run that dies is run again without
+    the cell or probe that killed it, as long as attempts and total time remain.
     """
     settings = worker.settings
-    run_cells = [c for c in pre.cells if c.cell_type == "code"]
-    answer_index = {c.grade_id: c.index for c in run_cells if c.role == "answer"}
+    attempts = _Attempts(pre, prepared, probe_cells, worker)
+    result = attempts.result
+    deadline = time.monotonic() + settings.total_seconds
+    for attempt in range(settings.max_attempts):
+        remaining = deadline - time.monotonic()
+        if remaining <= 1 or all(pid in result.outcomes for pid in prepared):
+            break
+        result.attempts = attempt + 1
+        if not attempts.run_once(remaining):
+            break
+    for pid in prepared:
+        result.outcomes.setdefault(pid, ProbeOutcome("timeout", "The notebook used up its total time before this check ran."))
+    return result
+
+
+def _plan(cells: list[Cell], prepared: dict[str, Prepared],
+          probe_cells: dict[str, str]) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The harness's plan for ``cells`` (the notebook's code cells) and the probes' hidden inputs.
+
+    Each answer cell is followed by the probes that check it. A cell that does not run (a test
+    cell, a demonstration) keeps its place, with no source, when probes follow it.
+    """
+    answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
     plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": []}
-    for cell in run_cells:
+    for cell in cells:
         runs = cell.role in ("answer", "readonly", "other") and not cell.skip
         probes_here = [pid for pid, gid in probe_cells.items() if answer_index.get(gid) == cell.index]
         if runs or probes_here:
@@ -274,39 +297,62 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     tensors = {}
     for pid, prep in prepared.items():
         plan["calls"][pid] = prep.call.plan()
-        tensors.update({f"{pid}::{name}": t.contiguous() for name, t in prep.call.tensors.items()})
+        tensors.update({probes.tensor_key(pid, name): t.contiguous() for name, t in prep.call.tensors.items()})
+    return plan, tensors
 
-    result = RunResult()
-    owner = {pid: probe_cells[pid] for pid in prepared}
-    deadline = time.monotonic() + settings.total_seconds
-    for attempt in range(settings.max_attempts):
-        remaining = deadline - time.monotonic()
-        if remaining <= 1 or all(pid in result.outcomes for pid in prepared):
-            break
-        result.attempts = attempt + 1
-        fired = []
 
-        def watch(read, fired=fired):
-            """Stops the run when one cell or probe has been going for too long, or when the run
-            ended and the harness does not answer: the journal, read live from the sandbox's
-            tmpfs, says which step and since when."""
-            events = worker.events(read)
-            step = _running(events)
-            if step and time.time() - step[2] > settings.cell_seconds:
-                fired.append(step)
-                return "cell time limit"
-            done = [e.get("time", 0.0) for e in events if e["event"] == "done"]
-            if done and time.time() - done[0] > ANSWER_SECONDS:
-                return "no answer after the run"
-            return None
+def _watchdog(worker: Worker, fired: list[tuple[str, object, float]]) -> Callable[[Callable[[str], bytes]], str | None]:
+    """A ``watch`` for :meth:`Worker.run`. It stops the run when one cell or probe has been going
+    for too long (and appends that step to ``fired``), or when the run ended and the harness does
+    not answer: the journal, read live from the sandbox's tmpfs, says which step and since when."""
 
-        reply, read = worker.run(plan, tensors, remaining, watch)
-        result.output += reply.output
+    def watch(read):
         events = worker.events(read)
+        step = _running(events)
+        if step and time.time() - step[2] > worker.settings.cell_seconds:
+            fired.append(step)
+            return "cell time limit"
+        done = [e.get("time", 0.0) for e in events if e["event"] == "done"]
+        if done and time.time() - done[0] > ANSWER_SECONDS:
+            return "no answer after the run"
+        return None
+
+    return watch
+
+
+class _Attempts:
+    """The runs of one submission: the plan, which loses each cell or probe that killed a run, and
+    the result gathered over all runs."""
+
+    def __init__(self, pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
+                 worker: Worker):
+        self.worker, self.prepared = worker, prepared
+        self.cells = [c for c in pre.cells if c.cell_type == "code"]
+        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells)
+        self.owner = {pid: probe_cells[pid] for pid in prepared}
+        self.result = RunResult()
+
+    def run_once(self, seconds: float) -> bool:
+        """Runs the plan once, for at most ``seconds``, and records what it found; True when the
+        run died and may be run again without what killed it."""
+        fired = []
+        reply, read = self.worker.run(self.plan, self.tensors, seconds, _watchdog(self.worker, fired))
+        self.result.output += reply.output
+        events = self.worker.events(read)
+        self._record(events, read)
+        self.plan["skip_probes"] = sorted(self.result.outcomes)
+        if any(e["event"] == "done" for e in events):
+            return False
+        status, message = _death(reply, bool(fired), self.worker.settings)
+        return self._blame(_running(events), status, message)
+
+    def _record(self, events: list[dict], read: Callable[[str], bytes]) -> None:
+        """Takes the cells' errors and the probes' outcomes (and records) from one run's journal."""
+        result = self.result
         for event in events:
             if event["event"] == "cell_end" and event.get("error"):
                 result.cell_problems[event.get("index")] = str(event["error"])[:2000]
-            if event["event"] != "probe_end" or event.get("probe") not in prepared:
+            if event["event"] != "probe_end" or event.get("probe") not in self.prepared:
                 continue
             pid = event["probe"]
             if event.get("error"):
@@ -318,27 +364,26 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
                     else ProbeOutcome("error", problem)
             else:
                 result.outcomes[pid] = ProbeOutcome("ok", value=event.get("value"))
-        plan["skip_probes"] = sorted(result.outcomes)
-        if any(e["event"] == "done" for e in events):
-            break
-        status, message = _death(reply, bool(fired), settings)
-        step = _running(events)
+
+    def _blame(self, step: tuple[str, object, float] | None, status: str, message: str) -> bool:
+        """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe that was
+        running, and takes it out of the plan; a dead answer cell takes the probes that check it
+        along. False when no step was running: nothing to skip, so nothing to retry."""
+        result = self.result
         if step is None:
-            # Died before the first cell, or between steps: nothing to skip, so nothing to retry.
-            for pid in prepared:
+            # Died before the first cell, or between steps.
+            for pid in self.prepared:
                 result.outcomes.setdefault(pid, ProbeOutcome(status, message + " (before the notebook ran)"))
-            break
+            return False
         kind, ident, _ = step
         if kind == "probe":
             result.outcomes[ident] = ProbeOutcome(status, message)
         else:
             result.cell_problems[ident] = f"{status}: {message}"
-            plan["skip_cells"].append(ident)
-            gid = next((c.grade_id for c in run_cells if c.index == ident and c.role == "answer"), None)
-            for pid in prepared:
-                if gid is not None and owner[pid] == gid:
+            self.plan["skip_cells"].append(ident)
+            gid = next((c.grade_id for c in self.cells if c.index == ident and c.role == "answer"), None)
+            for pid in self.prepared:
+                if gid is not None and self.owner[pid] == gid:
                     result.outcomes.setdefault(pid, ProbeOutcome(status, "Your answer cell: " + message))
-        plan["skip_probes"] = sorted(result.outcomes)
-    for pid in prepared:
-        result.outcomes.setdefault(pid, ProbeOutcome("timeout", "The notebook used up its total time before this check ran."))
-    return result
+        self.plan["skip_probes"] = sorted(result.outcomes)
+        return True

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from autograder.grading import Course, generator_for, load_items
-from autograder.harness import as_record, run_probe
+from transformer_lm.kinds import judge_here
 
 COURSE, ASSIGNMENT = "BENCHMARK_COURSE", "BENCHMARK_ASSIGNMENT"
 """Environment variables naming the course folder and the assignment (nbgrader starts
@@ -23,11 +23,7 @@ kernels in the submission's folder)."""
 def check(grade_id: str, namespace: dict) -> None:
     """Raises AssertionError, with the checks' message, unless item ``grade_id`` passes."""
     course, assignment = Course(Path(os.environ[COURSE])), os.environ[ASSIGNMENT]
-    item = next(i for i in load_items(assignment) if i.grade_id == grade_id)
+    item = next(i for i in load_items(course, assignment) if i.grade_id == grade_id)
     for index, hidden in enumerate(item.checks):
-        prepared = hidden.prepare(generator_for(course.secret(), assignment, grade_id, index))
-        tensors = {f"{grade_id}::{name}": t for name, t in prepared.call.tensors.items()}
-        value = run_probe(prepared.call.plan(), namespace, tensors, grade_id)
-        record = as_record(value)
-        verdict = prepared.judge(record or {}, None if record is not None else value)
+        verdict = judge_here(hidden, namespace, generator_for(course.secret(), assignment, grade_id, index))
         assert verdict.passed, verdict.message

@@ -224,7 +224,7 @@ def test_source_is_graded_as_planned(source_nb):
         assert "sys.path" not in cell.source and "autoreload" not in cell.source, cell.id
 
     setup = tools.cell_by_grade_id(source_nb, "setup")
-    assert "from transformer_lm.test_values import SelfAttentionTestValues, MultiHeadAttentionTestValues" \
+    assert "from transformer_lm.sandboxed.test_values import SelfAttentionTestValues, MultiHeadAttentionTestValues" \
         in setup.source
 
     tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")

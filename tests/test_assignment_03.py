@@ -80,7 +80,7 @@ def test_source_is_graded_as_planned(source_nb):
 def test_library_attention_only_in_test_and_demo_cells(source_nb):
     """Answers must not mention PyTorch's attention (the grader would mark them forbidden);
     the test cells use it as the reference, the mask conventions included."""
-    from transformer_lm.checks import mentioned_names
+    from transformer_lm.source_scan import mentioned_names
 
     for name in POINTS:
         used = set(LIBRARY) & mentioned_names(tools.cell_by_grade_id(source_nb, name).source)

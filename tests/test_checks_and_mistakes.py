@@ -6,7 +6,7 @@ import torch.nn as nn
 from safetensors.torch import load_file
 
 from transformer_lm import adapters, checks, make_test_values, mistakes, reference
-from transformer_lm.checks import AttentionCase
+from transformer_lm.cases import AttentionCase, make_case_tensors
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
 REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)
@@ -36,7 +36,7 @@ def with_flaws(flaws):
 
 def test_no_flaws_is_exactly_the_reference():
     case = REVEALING
-    tensors = checks.make_case_tensors(case, torch.Generator().manual_seed(0))
+    tensors = make_case_tensors(case, torch.Generator().manual_seed(0))
     ours, probs = mistakes.flawed_multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
     att = reference.multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
     assert torch.equal(ours, att.output) and torch.equal(probs, att.weights)
@@ -117,8 +117,8 @@ def test_stored_test_values_are_what_the_script_makes():
 
 
 def test_test_values_have_seed_003_names_and_shapes():
-    from transformer_lm.test_values import MultiHeadAttentionTestValues as M
-    from transformer_lm.test_values import SelfAttentionTestValues as S
+    from transformer_lm.sandboxed.test_values import MultiHeadAttentionTestValues as M
+    from transformer_lm.sandboxed.test_values import SelfAttentionTestValues as S
 
     assert S.x.shape == (3, 5, 7) and S.q_weight.shape == (9, 7) and S.output.shape == (3, 5, 9)
     assert M.mix_weight.shape == (9, 9) and M.output.shape == M.output_causal.shape == (3, 5, 9)

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading import CHECKS_DIR, load_items
+from autograder.grading import Course, load_items
 
 REPO = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = sorted(p.stem for p in CHECKS_DIR.glob("[0-9]*.py"))
+COURSE = Course(REPO)
+ASSIGNMENTS = sorted(p.stem for p in COURSE.checks_file("any").parent.glob("[0-9]*.py"))
 
 
 def graded_cells(assignment):
@@ -24,7 +25,7 @@ def graded_cells(assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_items_match_answer_and_test_cells_and_their_points(assignment):
     cells = graded_cells(assignment)
-    items = load_items(assignment)
+    items = load_items(COURSE, assignment)
     assert items, f"{assignment} has no hidden checks"
     for item in items:
         assert cells[item.answer_id]["solution"], f"{item.answer_id} is not an answer cell"

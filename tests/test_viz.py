@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from transformer_lm import reference, viz  # noqa: E402
+from transformer_lm import reference  # noqa: E402
+from transformer_lm.sandboxed import viz  # noqa: E402
 
 
 def test_one_head_shows_the_weights_as_they_are(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lm.checks import AttentionAPI, AttentionCase
+from transformer_lm.cases import AttentionAPI, AttentionCase
 from transformer_lm.reference import AttentionWeights
 
 

@@ -1,7 +1,7 @@
 """Makes the public test values of assignment 02 from a fixed seed.
 
 Run ``python -m transformer_lm.make_test_values`` to rewrite
-``transformer_lm/data/test_values.safetensors``; a test runs it again and compares, so the
+``transformer_lm/sandboxed/data/test_values.safetensors``; a test runs it again and compares, so the
 stored file is always what this script makes. Never edit the file by hand.
 """
 
@@ -18,7 +18,7 @@ from transformer_lm import reference
 SEED = 2024
 INPUT_SIZE, HIDDEN, NUM_HEADS = 7, 9, 3
 X_SHAPE = (3, 5, INPUT_SIZE)
-PATH = Path(__file__).parent / "data" / "test_values.safetensors"
+PATH = Path(__file__).parent / "sandboxed" / "data" / "test_values.safetensors"  # read by sandboxed/test_values.py
 
 
 def make() -> dict[str, torch.Tensor]:

@@ -7,10 +7,11 @@ module in eval mode. Inputs come from the course's secret seed.
 
 import torch
 
-from autograder.spec import (AttentionCheck, FactoryCheck, FunctionCheck, Item, RaisesCheck,
-                             TransferCheck)
+from autograder.spec import Item
 from transformer_lm import adapters
-from transformer_lm.checks import AttentionCase, Verdict
+from transformer_lm.cases import AttentionCase
+from transformer_lm.kinds import AttentionCheck, FactoryCheck, FunctionCheck, RaisesCheck, TransferCheck
+from transformer_lm.judging import Verdict
 
 SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
 LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",

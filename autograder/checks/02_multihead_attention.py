@@ -13,9 +13,10 @@ deduction of each task comes off its first ``forward`` item: ``self_attention_fo
 ``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
 """
 
-from autograder.spec import AttentionCheck, Item, ParametersCheck, RaisesCheck
+from autograder.spec import Item
 from transformer_lm import adapters
-from transformer_lm.checks import AttentionCase
+from transformer_lm.cases import AttentionCase
+from transformer_lm.kinds import AttentionCheck, ParametersCheck, RaisesCheck
 
 LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
                      "torch.nn.functional.multi_head_attention_forward")

@@ -9,9 +9,11 @@ seed; no mask ever blocks a whole row (the notebook does not ask for that case).
 
 import torch
 
-from autograder.spec import AttentionCheck, DecoderLoadCheck, FunctionCheck, Item, MultiheadLoadCheck
-from transformer_lm import adapters, checks, reference
-from transformer_lm.checks import AttentionCase, BlockCase
+from autograder.spec import Item
+from transformer_lm import adapters, reference
+from transformer_lm.cases import AttentionCase, BlockCase
+from transformer_lm.kinds import (AttentionCheck, DecoderLoadCheck, FunctionCheck, MultiheadLoadCheck,
+                                  attention_function_candidates)
 
 LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
                      "torch.nn.functional.multi_head_attention_forward")
@@ -45,7 +47,7 @@ def attention_inputs(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
 def attention_function(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
     return FunctionCheck("my_attention", reference_attention,
                          attention_inputs(lead, len_q, len_k, d, d_v, mask, mask_lead),
-                         candidates=checks.attention_function_candidates)
+                         candidates=attention_function_candidates)
 
 
 def head(batch, seq, model_dim, qk_dim, mask=None):

@@ -11,16 +11,17 @@ Blocks and models get the reference's randomized weights by parameter name; the 
 checked with targets of -1 among them. Generation is greedy (``top_k=1``) against the
 reference, with prompts longer than ``block_size`` (cropping) and generations that outgrow it
 (the cache must restart), under weights whose greedy tokens depend on the context (see
-:class:`autograder.spec.GenerateCheck`). Inputs come from the course's secret seed.
+:class:`transformer_lm.kinds.GenerateCheck`). Inputs come from the course's secret seed.
 """
 
 from dataclasses import asdict
 
 import torch
 
-from autograder.spec import AttentionCheck, GenerateCheck, Item, LossCheck, ModuleCheck
+from autograder.spec import Item
 from transformer_lm import adapters, reference
-from transformer_lm.checks import AttentionCase
+from transformer_lm.cases import AttentionCase
+from transformer_lm.kinds import AttentionCheck, GenerateCheck, LossCheck, ModuleCheck
 
 LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
                      "torch.nn.functional.multi_head_attention_forward")

@@ -1,10 +1,14 @@
 """Call a student's object on given inputs and record what comes out, as plain tensors.
 
 A probe is the *untrusted* half of a check. It runs in two places: inside the grading
-sandbox, where only torch, the test values and this module are importable, and in the
+sandbox, where only torch and ``transformer_lm/sandboxed`` are importable, and in the
 student's own kernel for the visible checks. It therefore imports nothing but torch, and it
 judges nothing: it only builds, loads, calls and records. The trusted half
-(:mod:`transformer_lm.checks`) compares the records with the reference.
+(:mod:`transformer_lm.kinds`) compares the records with the reference.
+
+How a call travels (:func:`flatten_arguments`, :func:`call_probe`) is defined here once, for
+both sides: the trusted side writes it, the harness in the sandbox and the visible checks in
+the student's kernel read it.
 
 Every probe returns a flat ``{name: tensor}`` record; names are ``output``, ``weights``
 (attention weights, when the object returns them), ``output_again`` (a second call, to see
@@ -220,4 +224,60 @@ def raised_exception(cls, init: dict) -> str | None:
         return None
     except Exception as error:  # noqa: BLE001 - any exception is a result here
         return type(error).__name__
+    return None
+
+
+PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_function,
+                                              probe_transfer, probe_factory, parameter_shapes, raised_exception)}
+"""The probes a call may name: nothing else of this module (or of anything) can be called by name."""
+
+
+def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Splits probe arguments into plain (JSON) ones and tensors; a dict of tensors becomes
+    one tensor per entry, named ``"<argument>/<key>"``. None values are left out."""
+    plain, tensors = {}, {}
+    for name, value in arguments.items():
+        if isinstance(value, torch.Tensor):
+            tensors[name] = value.detach().contiguous()
+        elif isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+            tensors.update({f"{name}/{key}": v.detach().contiguous() for key, v in value.items()})
+        elif value is not None:
+            plain[name] = value
+    return plain, tensors
+
+
+def unflatten_arguments(tensors: dict[str, torch.Tensor]) -> dict:
+    """The inverse of the tensor half of :func:`flatten_arguments`, in the order given."""
+    arguments: dict = {}
+    for name, value in tensors.items():
+        if "/" in name:
+            outer, inner = name.split("/", 1)
+            arguments.setdefault(outer, {})[inner] = value
+        else:
+            arguments[name] = value
+    return arguments
+
+
+def tensor_key(call_id: str, name: str) -> str:
+    """The key of one call's tensor in a file that holds the tensors of many calls."""
+    return f"{call_id}::{name}"
+
+
+def call_probe(call: dict, namespace: dict, tensors: dict[str, torch.Tensor]):
+    """Makes a planned call (``probe``, ``objects``, ``arguments``, ``tensor_keys``) on the
+    student objects of ``namespace``, with ``tensors`` by their flattened names."""
+    objects = {}
+    for argument, name in call["objects"].items():
+        if name not in namespace:
+            raise ProbeError(f"{name} is not defined: its cell did not run, or the name was changed.")
+        objects[argument] = namespace[name]
+    arguments = {**call["arguments"], **unflatten_arguments({name: tensors[name] for name in call["tensor_keys"]})}
+    torch.set_grad_enabled(True)
+    return PROBES[call["probe"]](**objects, **arguments)
+
+
+def as_record(value) -> dict[str, torch.Tensor] | None:
+    """A probe's result as a record of plain tensors; None when it is a plain value."""
+    if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+        return {k: plain(v) for k, v in value.items()}
     return None

@@ -1,0 +1,114 @@
+"""The package layout keeps its promises: no import cycles, and a sandbox that can reach only
+``transformer_lm/sandboxed`` (never the reference, the checks or the grader)."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from autograder import runner, sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("autograder", "transformer_lm")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of both packages (hidden checks, loaded by path, are not imported by name)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if "checks" not in path.relative_to(REPO / package).parts[:1] or package != "autograder":
+                found[module_name(path)] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports anywhere in its code (in functions too)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found - {module_name(path)}
+
+
+def test_no_module_of_either_package_imports_itself_back():
+    """A walk of every import, those inside functions included: an import cycle hides an order
+    that only works by accident, and lazy imports that dodge one are cycles all the same."""
+    graph = {name: imports(path, set(modules())) for name, path in modules().items()}
+    graph = {name: {m for m in targets if m not in PACKAGES or m == name} for name, targets in graph.items()}
+    cycles = []
+
+    def visit(name, trail):
+        if name in trail:
+            cycles.append(trail[trail.index(name):] + [name])
+            return
+        for target in sorted(graph.get(name, ())):
+            if target != name:
+                visit(target, trail + [name])
+
+    for start in sorted(graph):
+        visit(start, [])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+SANDBOX_SIDE = {"transformer_lm", "transformer_lm.sandboxed", "transformer_lm.sandboxed.probes",
+                "transformer_lm.sandboxed.test_values", "transformer_lm.sandboxed.viz"}
+
+
+def test_the_sandbox_library_holds_only_the_sandboxed_folder(tmp_path):
+    """In a real sandbox, with the library a grading worker gets, every module of the sandboxed
+    folder imports, and every other module of both packages (reference, mistakes, checks, kinds,
+    adapters, each grader module) is unreachable."""
+    isolation = sandbox.detect_isolation()
+    if isolation.name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {isolation.detail}")
+    library = runner.sandbox_library(tmp_path / "lib")
+    names = sorted(name for name in modules() if not name.endswith("__main__"))  # that one runs the CLI
+    assert SANDBOX_SIDE <= set(names)
+    probe = ("import importlib, json, sys\n"
+             "result = {}\n"
+             "for name in sys.argv[1:]:\n"
+             "    try:\n"
+             "        importlib.import_module(name)\n"
+             "        result[name] = 'imported'\n"
+             "    except ImportError as error:\n"
+             "        result[name] = type(error).__name__\n"
+             "print('RESULT', json.dumps(result))\n")
+    lib = runner.MOUNTS["lib"]
+    done = sandbox.run_sandboxed(["python", "-c", probe, *names], readonly={str(library): lib}, writable={},
+                                 limits=sandbox.Limits(wall_seconds=120), env={"PYTHONPATH": lib, "MPLBACKEND": "Agg"},
+                                 cwd="/tmp", isolation=isolation)
+    line = next((line for line in done.output.splitlines() if line.startswith("RESULT ")), None)
+    assert done.returncode == 0 and line, done.output[-3000:]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert {n for n, how in result.items() if how == "imported"} == SANDBOX_SIDE, result
+    assert result["transformer_lm.reference"] == result["autograder.grading"] == "ModuleNotFoundError"
+
+
+@pytest.mark.parametrize("name", sorted(SANDBOX_SIDE))
+def test_sandboxed_modules_import_nothing_else_of_the_course(name):
+    """What the sandbox runs imports only the standard library, torch, safetensors, matplotlib,
+    and the sandboxed folder itself."""
+    path = modules()[name]
+    outside = {m for m in imports(path, set(modules())) if m not in SANDBOX_SIDE}
+    assert not outside, f"{name} imports {outside}"

@@ -1,0 +1,137 @@
+"""Judging a probe's record against the reference's: the course's tolerance policy, in one place.
+
+Tolerance policy (float32, the same everywhere): ``|got - expected| <= ATOL + RTOL * |expected|``
+element-wise, for outputs and for gradients. Shapes are compared first, then values, then
+gradients. When an answer is wrong, :func:`identify_mistake` compares it with the records that
+the catalogued mistakes (:mod:`transformer_lm.mistakes`) give on the same inputs, so that the
+message can name the mistake. Visible checks in the student's kernel and the grader's trusted
+process judge with these same functions; only the grader hides expected values (``values=False``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from transformer_lm import mistakes as catalog
+
+RTOL = 1e-4
+
+
+ATOL = 1e-5
+
+
+class CheckFailed(AssertionError):
+    """A visible check failed; the message is written for the student."""
+
+
+def _show(t: torch.Tensor, limit: int = 6) -> str:
+    values = t.flatten()[:limit].tolist()
+    more = ", ..." if t.numel() > limit else ""
+    return "[" + ", ".join(f"{v:.6g}" for v in values) + more + "]"
+
+
+def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
+               rtol: float = RTOL, atol: float = ATOL, values: bool = True) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise a sentence that says how it differs.
+    With ``values=False`` (hidden checks) it names the largest error but lists no values."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
+    if not got.is_floating_point():
+        got = got.to(expected.dtype)
+    got64, expected64 = got.double(), expected.double()
+    nan_got, nan_expected = torch.isnan(got64), torch.isnan(expected64)
+    if not torch.equal(nan_got, nan_expected):
+        if (nan_got & ~nan_expected).any():
+            where = tuple(torch.nonzero(nan_got & ~nan_expected)[0].tolist())
+            return (f"{name} contains NaN (first at index {where}). A row whose every score is -inf "
+                    f"gives NaN after the softmax; so does a softmax over the wrong dimension of a masked row.")
+        return f"{name} has numbers where NaN was expected."
+    error = (got64 - expected64).abs().masked_fill(nan_got, 0.0)
+    allowed = (atol + rtol * expected64.abs()).masked_fill(nan_expected, math.inf)
+    if bool((error <= allowed).all()):
+        return None
+    worst = int(torch.argmax(error - allowed))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape)) if got.dim() else ()
+    message = f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is " \
+              f"{error.flatten()[worst].item():.3g} at index {index}"
+    if not values:
+        return message + "."
+    return (message + f" (expected {expected64.flatten()[worst].item():.6g}, got {got64.flatten()[worst].item():.6g})."
+            f"\n  expected {_show(expected)}\n  got      {_show(got)}")
+
+
+@dataclass
+class Verdict:
+    """The judgement of one check: ``passed`` or ``failed``, a message and, if named, a mistake."""
+
+    status: str
+    message: str
+    mistake: catalog.Mistake | None = None
+
+    @property
+    def hint(self) -> str:
+        return self.mistake.hint if self.mistake else ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def raise_if_failed(self) -> None:
+        if not self.passed:
+            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.mistake.hint}" if self.mistake else ""
+            raise CheckFailed(self.message + hint)
+
+
+def _changes_between_calls(got: dict[str, torch.Tensor], rtol: float, atol: float) -> bool:
+    """Whether two calls in eval mode on the same input gave different outputs (dropout left on)."""
+    return "output_again" in got and difference("output", got["output_again"], got["output"], rtol, atol) is not None
+
+
+def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mistake, dict[str, torch.Tensor]],
+                     rtol: float = RTOL, atol: float = ATOL) -> catalog.Mistake | None:
+    """The first catalogued mistake whose record matches ``got`` on every tensor it holds."""
+    if _changes_between_calls(got, rtol, atol):
+        return catalog.BY_NAME["dropout_in_eval"]
+    for mistake, record in candidates.items():
+        if all(key in got and difference(key, got[key], value, rtol, atol) is None for key, value in record.items()):
+            return mistake
+    return None
+
+
+def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+          candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
+          rtol: float = RTOL, atol: float = ATOL, values: bool = True) -> Verdict:
+    """Compares a probe's record with the expected one: output, then weights, then gradients.
+    ``values=False`` keeps expected values out of the message (for hidden checks)."""
+    order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
+    # A mistake that gives the right output here cannot be what went wrong.
+    candidates = {m: r for m, r in (candidates or {}).items()
+                  if "output" not in r or difference("output", r["output"], expected["output"], rtol, atol)}
+    for key in order:
+        if key not in got:
+            return Verdict("failed", f"{key} was not produced.")
+        problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol, values)
+        if problem:
+            return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
+    if _changes_between_calls(got, rtol, atol):
+        return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
+                       catalog.BY_NAME["dropout_in_eval"])
+    gradients = any(k.startswith("grad.") for k in expected)
+    return Verdict("passed", "Correct: " + ("outputs and gradients match" if gradients else "the output matches")
+                   + " the reference.")
+
+
+def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]]) -> Verdict:
+    """Compares a module's parameters (name -> shape) with the expected ones."""
+    missing = [n for n in expected if n not in got]
+    if missing:
+        have = ", ".join(f"{n} {tuple(s)}" for n, s in got.items()) or "no parameters"
+        return Verdict("failed", f"{name} has no parameter {', '.join(missing)}. It has: {have}.")
+    wrong = [f"{n} is {tuple(got[n])}, expected {tuple(shape)}" for n, shape in expected.items()
+             if tuple(got[n]) != tuple(shape)]
+    if wrong:
+        return Verdict("failed", f"{name}: " + "; ".join(wrong) + ". nn.Linear(in, out) stores its weight as (out, in).")
+    return Verdict("passed", f"{name} has the expected layers: " + ", ".join(expected) + ".")

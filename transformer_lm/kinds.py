@@ -1,0 +1,544 @@
+"""Kinds of check: each one says what to call, what the reference gives, and how to judge.
+
+A kind (:class:`AttentionCheck`, :class:`FunctionCheck`, ... below) names the student object it
+probes and the sizes to test. Its :meth:`prepare` turns a random generator into a
+:class:`Prepared` check: the :class:`ProbeCall` to make (a function of
+:mod:`transformer_lm.sandboxed.probes`, the student objects by name, arguments and tensors) and the
+judge of what comes back. The same prepared check serves twice:
+
+* visible checks (:mod:`transformer_lm.checks`) prepare it from a fixed seed and run the probe in
+  the student's kernel (:func:`judge_here`), showing expected values when it fails;
+* the grader prepares it from the course's secret, runs the probe in the sandbox and judges the
+  record in its trusted process, without expected values in the message.
+
+So a kind judges alike wherever it runs. Hidden checks list kinds in ``autograder/checks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from transformer_lm import adapters, reference
+from transformer_lm import mistakes as catalog
+from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
+                                  randomize)
+from transformer_lm.judging import Verdict, difference, judge, judge_parameters
+from transformer_lm.reference import AttentionWeights
+from transformer_lm.sandboxed import probes
+
+Judge = Callable[[dict[str, torch.Tensor], object, bool], Verdict]
+"""``judge(record, value, values)``: a probe's tensors (or its plain value), judged; with
+``values=False`` the message lists no expected values (they come from secret inputs)."""
+
+
+@dataclass
+class ProbeCall:
+    """One call of a probe: ``probe(**objects, **arguments, **tensors)``, where ``objects`` maps
+    an argument to the name of a student object, resolved where the call runs.
+
+    ``tensors`` maps an argument name to a tensor, or ``"<argument>/<key>"`` to one entry of
+    a dict of tensors (``state/W_query.weight``, ``inputs/x``): see
+    :func:`transformer_lm.sandboxed.probes.flatten_arguments`.
+    """
+
+    probe: Callable
+    objects: dict[str, str]
+    arguments: dict = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, probe: Callable, objects: dict[str, str], arguments: dict) -> ProbeCall:
+        """The call of ``probe`` with ``arguments`` that may hold tensors and dicts of tensors."""
+        plain, tensors = probes.flatten_arguments(arguments)
+        return cls(probe, objects, plain, tensors)
+
+    def plan(self) -> dict:
+        """The call as the harness reads it from a plan (JSON): the tensors travel apart, by name."""
+        if probes.PROBES.get(self.probe.__name__) is not self.probe:
+            raise ValueError(f"{self.probe!r} is not a probe of transformer_lm.sandboxed.probes")
+        return {"probe": self.probe.__name__, "objects": self.objects, "arguments": self.arguments,
+                "tensor_keys": list(self.tensors)}
+
+    def run_here(self, namespace: dict) -> object:
+        """Makes the call in this process, on the objects of ``namespace``, as the harness does."""
+        return probes.call_probe(self.plan(), namespace, self.tensors)
+
+
+@dataclass
+class Prepared:
+    """A check made concrete: the call to make and how to judge what comes back."""
+
+    call: ProbeCall
+    judge: Judge
+
+    def judge_result(self, result: object, values: bool) -> Verdict:
+        """Judges what the probe returned (a record of tensors, or a plain value)."""
+        record = probes.as_record(result)
+        return self.judge(record or {}, None if record is not None else result, values)
+
+
+class CheckKind(Protocol):
+    """What every kind of check has: the student object it probes, and :meth:`prepare`."""
+
+    object: str
+
+    def prepare(self, generator: torch.Generator) -> Prepared: ...
+
+
+def judge_here(check: CheckKind, namespace: dict, generator: torch.Generator, values: bool = False) -> Verdict:
+    """Prepares ``check``, runs its probe in this process on the objects of ``namespace`` and
+    judges the result: the grader's comparison without the sandbox (benchmarks and tests)."""
+    prepared = check.prepare(generator)
+    return prepared.judge_result(prepared.call.run_here(namespace), values)
+
+
+def _judge_record(expected, candidates=None) -> Judge:
+    """Judges a record against the expected one, naming the candidates' mistakes."""
+    def judge_record(record, value, values):
+        return judge(record, expected, candidates, values=values)
+    return judge_record
+
+
+# --------------------------------------------------------------------------------------
+# What the reference gives: expected records, and the records of catalogued mistakes
+# --------------------------------------------------------------------------------------
+
+
+def _reference_forward(case: AttentionCase, weights: AttentionWeights, x: torch.Tensor, mask):
+    att = reference.multi_head_attention(x, weights, case.num_heads, attn_mask=mask, causal=case.causal)
+    return att.output, att.weights
+
+
+def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """The expected record, and each revealable mistake's record, for one case.
+
+    Returns ``(probe_arguments, expected, candidates)``: what to hand the probe (student
+    parameter names, inputs, call arguments), the reference's record in the student's
+    names and layout, and ``{mistake: record}`` for the mistakes this case can reveal.
+    """
+    weights = tensors.weights.map(lambda t: t.detach().clone().requires_grad_(True))
+    x = tensors.x.clone().requires_grad_(True)
+    output, probs = _reference_forward(case, weights, x, tensors.mask)
+    output.backward(tensors.grad_output)
+    expected = {"output": output.detach()}
+    if api.weights_layout is not None:
+        expected["weights"] = api.weights_layout(probs.detach(), case)
+    expected["grad.x"] = x.grad
+    grads = weights.map(lambda t: t.grad)
+    expected.update({f"grad.{name}": g for name, g in api.state(grads, case).items()})
+
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(case.features) and mistake.name != "dropout_in_eval":
+            with torch.no_grad():
+                out, _ = catalog.flawed_multi_head_attention(
+                    tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+                    attn_mask=tensors.mask, causal=case.causal)
+            candidates[mistake] = {"output": out}
+
+    inputs = {"x": tensors.x}
+    if api.mask_arg is not None and tensors.mask is not None:
+        inputs[api.mask_arg] = tensors.mask
+    arguments = {"init": api.init(case), "state": api.state(tensors.weights, case), "inputs": inputs,
+                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output,
+                 "repeat": case.dropout > 0}
+    return arguments, expected, candidates
+
+
+def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None):
+    """The expected record of a function of tensors: ``expected_fn(*inputs)``, and the
+    gradients of its floating-point inputs when ``grad_output`` is given."""
+    leaves = {k: v.detach().clone().requires_grad_(grad_output is not None and v.is_floating_point())
+              for k, v in inputs.items()}
+    output = expected_fn(*leaves.values())
+    expected = {"output": output.detach()}
+    if grad_output is not None:
+        output.backward(grad_output)
+        expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
+    return expected
+
+
+def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """Each revealable mistake's output for an attention *function* called on ``inputs``
+    (``q, k, v`` and an optional mask, in that order)."""
+    q, k, v, *rest = inputs.values()
+    mask = rest[0] if rest else None
+    features = {"mask"} if mask is not None and mask.dtype == torch.bool else set()
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(features):
+            with torch.no_grad():
+                candidates[mistake] = {"output": catalog.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
+    return candidates
+
+
+def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """Arguments for :func:`probes.probe_transfer` and the expected record: after the transfer,
+    the target computes what the reference computes with the source's weights."""
+    with torch.no_grad():
+        output, _ = _reference_forward(case, tensors.weights, tensors.x, None)
+    arguments = {"source_init": source_api.init(case), "source_state": source_api.state(tensors.weights, case),
+                 "target_init": target_api.init(case), "x": tensors.x}
+    return arguments, {"output": output}
+
+
+def multihead_load_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
+    """For a class whose ``load_from_torch`` copies an ``nn.MultiheadAttention``: the probe's
+    arguments and the expected record (the reference with the same weights)."""
+    x = tensors.x.clone().requires_grad_(True)
+    output, _ = _reference_forward(case, tensors.weights, x, tensors.mask)
+    output.backward(tensors.grad_output)
+    inputs = {"x": tensors.x}
+    if api.mask_arg is not None and tensors.mask is not None:
+        inputs[api.mask_arg] = tensors.mask
+    arguments = {"init": api.init(case), "torch_module": "MultiheadAttention",
+                 "torch_init": {"embed_dim": case.d_out, "num_heads": case.num_heads, "batch_first": True},
+                 "torch_state": adapters.multihead_attention_state(tensors.weights), "inputs": inputs,
+                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output}
+    return arguments, {"output": output.detach(), "grad.x": x.grad}
+
+
+def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator):
+    """For a decoder layer whose ``load_from_torch`` copies an ``nn.TransformerEncoderLayer``
+    (run with a causal mask): the probe's arguments and the expected record."""
+    block = randomize(reference.Block(case.config()), generator).eval()
+    x = torch.randn(case.batch, case.seq, case.model_dim, generator=generator)
+    grad_output = torch.randn(x.shape, generator=generator)
+    leaf = x.clone().requires_grad_(True)
+    output, _ = block(leaf)
+    output.backward(grad_output)
+    torch_init = {"d_model": case.model_dim, "nhead": case.num_heads, "dim_feedforward": case.ff_dim,
+                  "dropout": 0.0, "batch_first": True, "norm_first": case.norm_first, "activation": case.activation}
+    state = {k: v.detach().clone() for k, v in adapters.encoder_layer_state(block).items()}
+    arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
+                 "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output}
+    return arguments, {"output": output.detach(), "grad.x": leaf.grad}
+
+
+def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator):
+    """Probe arguments (the reference module's parameters by name, the inputs, a random
+    upstream gradient) and the expected record (first output, input and parameter
+    gradients) for a student's class with the same parameter names as ``module``."""
+    module.eval()
+    module.zero_grad(set_to_none=True)
+    leaves = {k: v.clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    result = module(*leaves.values())
+    output = result[0] if isinstance(result, tuple) else result
+    grad_output = torch.randn(output.shape, generator=generator)
+    output.backward(grad_output)
+    expected = {"output": output.detach()}
+    expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
+    expected.update({f"grad.{n}": p.grad for n, p in module.named_parameters()})
+    state = {n: p.detach().clone() for n, p in module.named_parameters()}
+    return {"state": state, "inputs": inputs, "grad_output": grad_output}, expected
+
+
+def generate_records(config: reference.GPTConfig, generator: torch.Generator, batch: int, prompt: int,
+                     max_new_tokens: int):
+    """A reference GPT's weights, a prompt, its greedy continuation (``top_k=1``) and, as
+    ``tokens_per_call``, the tokens each call of the model runs on when it uses a KV cache."""
+    model = randomize(reference.GPT(config), generator, scale=0.5).eval()
+    for module in model.modules():  # random LayerNorm biases would push every position to one token
+        if isinstance(module, torch.nn.LayerNorm):
+            module.reset_parameters()
+    idx = torch.randint(config.vocab_size, (batch, prompt), generator=generator)
+    expected = {"output": model.generate(idx, max_new_tokens, top_k=1)}
+    with probes.tokens_per_call(model) as seen:
+        model.generate(idx, max_new_tokens, top_k=1, use_cache=True)
+    expected["tokens_per_call"] = torch.tensor(seen, dtype=torch.long)
+    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return state, idx, expected
+
+
+# --------------------------------------------------------------------------------------
+# The kinds
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionCheck:
+    """Builds the student's attention class for ``case``, loads reference weights into it,
+    and compares outputs (and attention weights where returned) and gradients of the
+    input and of every parameter with the reference, naming catalogued mistakes."""
+
+    object: str
+    api: AttentionAPI
+    case: AttentionCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        tensors = make_case_tensors(self.case, generator)
+        arguments, expected, candidates = attention_records(self.api, self.case, tensors)
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, arguments),
+                        _judge_record(expected, candidates))
+
+
+@dataclass(frozen=True)
+class FunctionCheck:
+    """Calls the student's function on inputs drawn by ``make_inputs`` and compares the
+    result (and, with ``grad``, the gradients of the inputs) with ``expected``.
+    ``candidates(inputs)`` gives mistakes' records to name (e.g.
+    :func:`attention_function_candidates`)."""
+
+    object: str
+    expected: Callable[..., torch.Tensor]
+    make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    grad: bool = True
+    candidates: Callable[[dict], dict] | None = None
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        inputs = self.make_inputs(generator)
+        output = self.expected(*inputs.values())
+        grad_output = torch.randn(output.shape, generator=generator) if self.grad else None
+        candidates = self.candidates(inputs) if self.candidates else None
+        return function_check(self.object, self.expected, inputs, grad_output, candidates)
+
+
+def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
+                   candidates: dict | None = None) -> Prepared:
+    """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
+    against ``expected_fn``: what :class:`FunctionCheck` prepares once it has drawn them."""
+    expected = function_records(expected_fn, inputs, grad_output)
+    call = ProbeCall.of(probes.probe_function, {"fn": name}, {"inputs": inputs, "grad_output": grad_output})
+    return Prepared(call, _judge_record(expected, candidates))
+
+
+@dataclass(frozen=True)
+class TransferCheck:
+    """Calls the student's ``fn(source, target)`` between two of their attention classes and
+    checks that the target then computes what the source's weights compute."""
+
+    object: str
+    source: str
+    source_api: AttentionAPI
+    target: str
+    target_api: AttentionAPI
+    case: AttentionCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        tensors = make_case_tensors(self.case, generator)
+        arguments, expected = transfer_records(self.source_api, self.target_api, self.case, tensors)
+        objects = {"fn": self.object, "source_cls": self.source, "target_cls": self.target}
+        return Prepared(ProbeCall.of(probes.probe_transfer, objects, arguments), _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class RaisesCheck:
+    """Checks that building the student's class with ``init`` raises ``exception``."""
+
+    object: str
+    init: dict
+    exception: str = "ValueError"
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        def judge_raised(record, raised, values):
+            arguments = ", ".join(f"{k}={v!r}" for k, v in self.init.items())
+            if raised == self.exception:
+                return Verdict("passed", f"{self.object}({arguments}) raises {self.exception}.")
+            got = f"raised {raised}" if raised else "raised nothing"
+            return Verdict("failed", f"{self.object}({arguments}) {got}; expected a clear {self.exception} "
+                                     f"that names the numbers that do not fit.")
+        return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}), judge_raised)
+
+
+@dataclass(frozen=True)
+class FactoryCheck:
+    """Calls the student's factory ``fn(**kwargs)`` and judges the module it returns, run on
+    a random input ``(batch, seq, d_in)``, with ``judge(record)`` on the output and its
+    parameters' shapes."""
+
+    object: str
+    kwargs: dict
+    input_shape: tuple[int, ...]
+    judge_record: Callable[[dict[str, torch.Tensor]], Verdict]
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        x = torch.randn(*self.input_shape, generator=generator)
+        return Prepared(ProbeCall.of(probes.probe_factory, {"fn": self.object}, {"kwargs": self.kwargs, "x": x}),
+                        lambda record, value, values: self.judge_record(record))
+
+
+@dataclass(frozen=True)
+class ParametersCheck:
+    """Builds the student's class with ``init`` and compares the names and shapes of its
+    parameters with ``expected`` (for items that grade an ``__init__``)."""
+
+    object: str
+    init: dict
+    expected: dict[str, tuple[int, ...]]
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        def judge_shapes(record, shapes, values):
+            return judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
+        return Prepared(ProbeCall(probes.parameter_shapes, {"cls": self.object}, {"init": self.init}), judge_shapes)
+
+
+@dataclass(frozen=True)
+class MultiheadLoadCheck:
+    """The student's class copies an ``nn.MultiheadAttention`` with ``load_from_torch`` and
+    must then compute what the reference computes with those weights (mask included)."""
+
+    object: str
+    api: AttentionAPI
+    case: AttentionCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        tensors = make_case_tensors(self.case, generator)
+        arguments, expected = multihead_load_records(self.api, self.case, tensors)
+        return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
+                        _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class DecoderLoadCheck:
+    """The student's decoder layer copies an ``nn.TransformerEncoderLayer`` (causal) with
+    ``load_from_torch`` and must then compute what the reference block computes."""
+
+    object: str
+    init: dict
+    case: BlockCase
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        arguments, expected = decoder_load_records(self.init, self.case, generator)
+        return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
+                        _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class ModuleCheck:
+    """Loads a randomized reference module's weights into the student's class (same
+    parameter names) and compares the output and every gradient."""
+
+    object: str
+    init: dict
+    reference: Callable[[], torch.nn.Module]
+    make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        module = randomize(self.reference(), generator)
+        arguments, expected = module_case(module, self.make_inputs(generator), generator)
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": self.init, **arguments}),
+                        _judge_record(expected))
+
+
+@dataclass(frozen=True)
+class LossCheck:
+    """``GPT.forward(idx, targets)`` returns ``(logits, loss)``: the logits and the mean
+    cross-entropy over the positions whose target is not -1 must be the reference's, for the
+    reference's randomized weights loaded by name. (``ModuleCheck`` compares the first output
+    only; the probe records the second one as ``weights``, which this check judges as the loss.)"""
+
+    object: str
+    config: dict
+    batch: int
+    seq: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        cfg = reference.GPTConfig(**self.config)
+        model = randomize(reference.GPT(cfg), generator).eval()
+        idx = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
+        targets = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
+        targets[torch.rand(targets.shape, generator=generator) < 0.4] = -1
+        targets[0, 0], targets[-1, -1] = -1, 0   # at least one position left out, one that counts
+        with torch.no_grad():
+            logits, loss = model(idx, targets)
+            flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
+            summed = torch.nn.functional.cross_entropy(flat_logits, flat_targets, ignore_index=-1, reduction="sum")
+            counted = flat_targets != -1
+            every_position = torch.nn.functional.cross_entropy(
+                flat_logits, flat_targets.clamp(min=0), reduction="none").masked_fill(~counted, 0.0).mean()
+        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        arguments = {"init": {"config": self.config}, "state": state, "inputs": {"idx": idx, "targets": targets}}
+
+        def judge_loss(record, value, values) -> Verdict:
+            if "output" not in record:
+                return Verdict("failed", "forward(idx, targets) produced no logits.")
+            problem = difference("the logits of forward(idx, targets)", record["output"], logits, values=values)
+            if problem:
+                return Verdict("failed", problem)
+            if "weights" not in record:
+                return Verdict("failed", "forward(idx, targets) returned loss=None; with targets it must return "
+                                         "(logits, loss).")
+            got = record["weights"]
+            if got.numel() != 1:
+                return Verdict("failed", f"the loss has shape {tuple(got.shape)}; expected a single number, the "
+                                         "mean over the positions that count.")
+            got = got.reshape(())
+            problem = difference("the loss", got, loss, values=values)
+            if problem is None:
+                return Verdict("passed", "Correct: the logits and the loss match the reference.")
+            if difference("the loss", got, summed) is None:
+                problem += " It is the sum over the positions; the loss is their mean (F.cross_entropy's default)."
+            elif difference("the loss", got, every_position) is None:
+                problem += (" The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
+                            "F.cross_entropy.")
+            return Verdict("failed", problem)
+
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, arguments), judge_loss)
+
+
+@dataclass(frozen=True)
+class GenerateCheck:
+    """Greedy generation (``top_k=1``, plus ``call_kwargs``) from the student's GPT with a
+    randomized reference model's weights (LayerNorms left as the identity, so that greedy
+    tokens depend on the context: :func:`generate_records`) must give the
+    reference's tokens, made without a cache. A prompt longer than ``block_size`` tests the
+    cropping. A failure says where the tokens part from the reference's: the shape, the
+    prompt, or the first new token that differs, and whether the context had outgrown
+    ``block_size`` by then. With ``use_cache``, right tokens are not enough: the model must
+    also run on the tokens per step that the reference's cache runs on (a cache that is never
+    used gives the right tokens too)."""
+
+    object: str
+    config: dict
+    batch: int
+    prompt: int
+    max_new_tokens: int
+    call_kwargs: dict = field(default_factory=dict)
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        cfg = reference.GPTConfig(**self.config)
+        state, idx, records = generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
+        expected, steps = records["output"], records["tokens_per_call"]
+        arguments = {"init": {"config": self.config}, "state": state, "idx": idx,
+                     "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}}
+        call = "generate(idx, max_new_tokens, top_k=1" + "".join(
+            f", {k}={v!r}" for k, v in self.call_kwargs.items()) + ")"
+        new = self.max_new_tokens
+
+        def judge_tokens(record, value, values) -> Verdict:
+            got = record.get("output")
+            if got is None or tuple(got.shape) != tuple(expected.shape):
+                shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                return Verdict("failed", f"{call} on a prompt of shape {tuple(idx.shape)} with max_new_tokens={new} "
+                                         f"returned {shape}; expected {tuple(expected.shape)}: the prompt followed "
+                                         f"by the new tokens.")
+            got = got.long()
+            seen = record.get("tokens_per_call")
+            if torch.equal(got, expected) and self.call_kwargs.get("use_cache") and seen is not None and seen.numel() \
+                    and not torch.equal(seen.long(), steps):
+                return Verdict("failed", f"{call} gives the right tokens, but ran the model on {seen.tolist()} tokens "
+                                         f"per step: with the cache it runs on the prompt (at most block_size="
+                                         f"{cfg.block_size} tokens) first, then on one new token per step until the "
+                                         f"cache is full, then starts again: {steps.tolist()}.")
+            if torch.equal(got, expected):
+                return Verdict("passed", "Correct: the greedy tokens are the reference's.")
+            if not torch.equal(got[:, :self.prompt], idx):
+                return Verdict("failed", f"{call} returned a tensor that does not start with the prompt; it must "
+                                         "return the prompt followed by the new tokens.")
+            first = int((got != expected).any(dim=0).nonzero()[0])
+            outgrown = ""
+            if first >= cfg.block_size:
+                cached = self.call_kwargs.get("use_cache")
+                question = ("did the cache restart from the last block_size tokens?" if cached
+                            else "was it cropped to its last block_size tokens?")
+                outgrown = f" By then the context ({first} tokens) was longer than block_size={cfg.block_size}: " \
+                           + question
+            return Verdict("failed", f"{call}: the greedy tokens differ from the reference's from new token "
+                                     f"{first - self.prompt + 1} of {new} on.{outgrown} Generation runs your "
+                                     "whole model: if the checks of the attention, the block or GPT.forward fail, "
+                                     "fix those first.")
+
+        return Prepared(ProbeCall.of(probes.probe_generate, {"cls": self.object}, arguments), judge_tokens)

@@ -1,0 +1,48 @@
+"""What an answer cell's code mentions, read as a syntax tree and never run.
+
+Visible checks use it to refuse an answer that calls the library function the exercise asks
+students to write; the grader's preflight uses it for the same reason before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+
+_PARSING = threading.Lock()  # see parse_cell
+
+
+def parse_cell(source: str) -> ast.Module | None:
+    """A notebook cell's code as a syntax tree, with IPython magics and shell escapes left out;
+    None when it is not valid Python. One thread at a time: CPython 3.11 can fail with
+    "AST constructor recursion depth mismatch" when threads build syntax trees at once, and the
+    grader grades submissions in threads."""
+    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    with _PARSING:
+        try:
+            return ast.parse(python)
+        except SyntaxError:
+            return None
+
+
+def mentioned_names(source: str) -> set[str]:
+    """Every identifier, attribute name and word in a string constant that ``source`` mentions
+    (IPython magics and shell escapes are ignored). Used to spot forbidden library calls."""
+    tree = parse_cell(source)
+    if tree is None:
+        return set(re.findall(r"\w+", source))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.update(node.name.split("."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names.update(re.findall(r"\w+", node.value))  # getattr(torch, "softmax") counts; docstrings do not
+    return names
