@@ -6,7 +6,8 @@
     autograder validate NOTEBOOK                                    a student's check before submitting
     autograder feedback ASSIGNMENT                                  feedback pages from the last grading
     autograder report ASSIGNMENT                                    class report (HTML) and LMS exports
-    autograder demo                                                 a small class, graded end to end
+    autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
+    autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
 
 Run ``grade``, ``merge``, ``feedback`` and ``report`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.
@@ -15,42 +16,11 @@ nbgrader_config.py is), or pass ``--course DIR``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
-
-
-def _isolation(args):
-    from autograder import sandbox
-
-    isolation = sandbox.detect_isolation()
-    if isolation.name == "none":
-        if not args.unsafe_no_sandbox:
-            raise SystemExit(f"Refusing to run student code without a sandbox: {isolation.detail}\n"
-                             "Install bubblewrap (sudo apt-get install bubblewrap), or, inside a container that "
-                             "is itself the wall, pass --unsafe-no-sandbox.")
-        print(f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.")
-    else:
-        print(f"Isolation: {isolation.name}: {isolation.detail}")
-    return isolation
-
-
-def table(results, points: dict[str, float]) -> str:
-    """A row per student and a column per item: score and status."""
-    ids = list(points)
-    width = max([12] + [len(i) for i in ids])
-    head = f"{'student':<14}{'total':>9}  " + "  ".join(f"{i:<{width}}" for i in ids)
-    lines = [head, "-" * len(head)]
-    for result in results:
-        by_id = {i.grade_id: i for i in result.items}
-        cells = [f"{by_id[i].score:g}/{by_id[i].max_score:g} {by_id[i].status}" if i in by_id else "-" for i in ids]
-        lines.append(f"{result.student:<14}{result.total:>5g}/{result.max_total:<3g}  "
-                     + "  ".join(f"{c:<{width}}" for c in cells))
-    return "\n".join(lines)
-
 
 def shard_of(text: str) -> tuple[int, int]:
     """``"i/N"`` as ``(i, N)``, with 0 <= i < N (a Kubernetes Indexed Job's completion index)."""
@@ -63,85 +33,65 @@ def shard_of(text: str) -> tuple[int, int]:
     return index, count
 
 
+def course_of(args):
+    """The command's course folder, with its settings and the command line's overrides of them."""
+    from autograder.config import load_settings
+    from autograder.grading import Course
+
+    root = Path(args.course).resolve()
+    return Course(root, load_settings(root, workers=getattr(args, "workers", None),
+                                      cell_timeout=getattr(args, "cell_timeout", None),
+                                      unsafe_no_sandbox=getattr(args, "unsafe_no_sandbox", False) or None))
+
+
 def grade(args) -> int:
-    from autograder import feedback, grading, record, runner
+    from autograder import pipeline
 
-    course = grading.Course(args.course)
-    isolation = _isolation(args)
-    students = args.student or course.students(args.assignment)
-    if args.shard:
-        index, count = args.shard
-        students = students[index::count]
-    if not students:
+    course = course_of(args)
+    with tqdm(desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
+        grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard,
+                                           progress=lambda student: bar.update(), announce=print)
+    if not grades.results:
         print(f"No submissions of {args.assignment} in {course.root / 'submitted'}"
-              + (f" for shard {index}/{count}." if args.shard else "."))
+              + (f" for shard {args.shard[0]}/{args.shard[1]}." if args.shard else "."))
         return 0
-    settings = runner.RunSettings(cell_seconds=args.cell_timeout)
-    with tqdm(total=len(students), desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
-        assignment, graded = grading.grade_class(course, args.assignment, students, args.workers, settings,
-                                                 isolation, progress=lambda student: bar.update())
-    for result, pres in graded:
-        grading.write_report(course, result)
-        record.write_autograded(course, result, pres, assignment.release)
-        answers = {nb: feedback.answers_of(pre.notebook["cells"]) for nb, pre in pres.items() if pre.notebook}
-        feedback.write_feedback(course, result, answers)
     if args.shard:
-        print(f"Shard {index}/{count}: {len(students)} submissions graded into {course.reports(args.assignment)}. "
-              f"Once every shard is done: autograder merge {args.assignment}")
+        print(f"Shard {args.shard[0]}/{args.shard[1]}: {len(grades.results)} submissions graded into "
+              f"{course.reports(args.assignment)}. Once every shard is done: autograder merge {args.assignment}")
         return 0
-    return record_results(course, args.assignment, [result for result, _ in graded])
-
-
-def record_results(course, assignment: str, results) -> int:
-    """Scores into the gradebook, ``grades.csv``, and a table and the flags on the screen."""
-    from autograder import record
-
-    record.ensure_assignment_in_gradebook(course, assignment)
-    for result in results:
-        record.record_in_gradebook(course, result)
-    csv_path = record.write_grades_csv(course, assignment)
-    points = {item.grade_id: item.max_score for result in results for item in result.items}
-    print(table(results, points))
-    for result in results:
-        for flag in result.flags:
-            print(f"flag {result.student}: {flag}")
-    print(f"\nReports: {course.reports(assignment)} (grades.csv: {csv_path.name}); "
-          f"feedback: {course.root / 'feedback'}; scores are in gradebook.db for nbgrader formgrader.")
+    show(course, grades)
     return 0
 
 
-def merge_command(args) -> int:
-    from autograder import grading
+def show(course, grades) -> None:
+    """The class's table, and where its files are."""
+    from autograder import table
 
-    course = grading.Course(args.course)
-    results = grading.load_results(course, args.assignment)
-    if not results:
-        print(f"No reports for {args.assignment} in {course.reports(args.assignment)}: "
-              f"run `autograder grade {args.assignment} --shard i/N` for each shard first.")
-        return 1
-    return record_results(course, args.assignment, results)
+    print(table.render(grades.results))
+    print(f"\nReports and grades.csv: {course.reports(grades.assignment)}\nFeedback pages: {course.root / 'feedback'}\n"
+          "Scores: in the gradebook; grade written answers by hand in nbgrader formgrader.")
+
+
+def merge_command(args) -> int:
+    from autograder import pipeline
+
+    course = course_of(args)
+    show(course, pipeline.merge(course, args.assignment))
+    return 0
 
 
 def feedback_command(args) -> int:
-    from autograder import feedback, grading
+    from autograder import pipeline
 
-    course = grading.Course(args.course)
-    results = grading.load_results(course, args.assignment)
-    if not results:
-        print(f"No reports for {args.assignment}: run `autograder grade {args.assignment}` first.")
-        return 1
-    for result in results:
-        folder = course.root / "autograded" / result.student / result.assignment
-        answers = {nb.stem: feedback.answers_of(json.loads(nb.read_text())["cells"]) for nb in folder.glob("*.ipynb")}
-        for page in feedback.write_feedback(course, result, answers):
-            print(page)
+    for page in pipeline.write_class_feedback(course_of(args), args.assignment):
+        print(page)
     return 0
 
 
 def report_command(args) -> int:
-    from autograder import grading, report
+    from autograder import report
 
-    course = grading.Course(args.course)
+    course = course_of(args)
     written = report.write_reports(course, args.assignment)
     if written is None:
         print(f"No reports for {args.assignment} in {course.reports(args.assignment)}: "
@@ -159,9 +109,31 @@ def validate_command(args) -> int:
 
 
 def demo_command(args) -> int:
-    from autograder.demo import run_demo
+    import time
 
-    return run_demo(args)
+    from autograder import demo
+
+    started = time.monotonic()
+    root = Path(args.keep).resolve()
+    print(f"Demo course folder: {root}")
+    grades, paths = demo.run_demo(root, args.unsafe_no_sandbox, announce=print)
+    show(course_of(argparse.Namespace(course=root)), grades)
+    for what, path in paths.items():
+        print(f"The {what}: {path}")
+    print(f"Demo finished in {time.monotonic() - started:.0f} s.")
+    return 0
+
+
+def k8s_command(args) -> int:
+    from autograder import k8s_jobs
+    from autograder.errors import GradingError
+
+    try:
+        print(k8s_jobs.render(args.assignment, args.shards, image=args.image, claim=args.claim, workers=args.workers,
+                              part=args.part))
+    except ValueError as error:
+        raise GradingError(str(error)) from None
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,8 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade the submissions of an assignment")
     p.add_argument("assignment")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="submissions graded side by side")
-    p.add_argument("--cell-timeout", type=float, default=30.0, help="seconds allowed to each cell and each check")
+    p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers, "
+                                               "one per core)")
+    p.add_argument("--cell-timeout", type=float, help="seconds allowed to each cell and each check (default: "
+                                                      "c.Autograder.cell_timeout, 30)")
     p.add_argument("--shard", type=shard_of, metavar="i/N",
                    help="grade only slice i of N (0 <= i < N) and leave the gradebook to `autograder merge`")
     course_options(p)
@@ -204,20 +178,34 @@ def build_parser() -> argparse.ArgumentParser:
     course_options(p, sandboxed=False)
     p.set_defaults(run=report_command)
 
-    p = sub.add_parser("demo", help="grade a small made-up class end to end, in a temporary folder")
-    p.add_argument("--keep", metavar="DIR", help="build the demo course in DIR and keep it")
+    p = sub.add_parser("demo", help="grade a small made-up class end to end, in a course folder it keeps")
+    p.add_argument("--keep", metavar="DIR", default="demo-course",
+                   help="the demo's course folder, emptied first (default: demo-course, here)")
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=demo_command)
+
+    p = sub.add_parser("k8s", help="print Kubernetes Jobs that grade an assignment in shards, then merge")
+    p.add_argument("assignment")
+    p.add_argument("--shards", type=int, default=4, help="pods that grade side by side (default: 4)")
+    p.add_argument("--image", default="self-attention-grader:latest", help="the TA container's image")
+    p.add_argument("--claim", default="self-attention-course", help="the course folder's PersistentVolumeClaim")
+    p.add_argument("--workers", type=int, default=2, help="submissions each pod grades side by side")
+    p.add_argument("--part", choices=("grade", "merge"), default="grade",
+                   help="the Job that grades the shards, or the one that merges them once they are complete")
+    p.set_defaults(run=k8s_command)
 
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from autograder.record import nbgrader_env
+    from autograder.errors import GradingError
 
-    os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook needs alembic from this environment
-    return args.run(args)
+    try:
+        return args.run(args)
+    except GradingError as error:
+        print(f"autograder {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

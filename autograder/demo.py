@@ -1,4 +1,7 @@
-"""``autograder demo``: a small made-up class, graded end to end in a temporary course folder.
+"""``autograder demo``: a small made-up class, graded end to end in a course folder of its own.
+
+The folder (``demo-course/`` where the command runs, unless told otherwise) stays after the demo,
+so that a newcomer can open its feedback pages, its report and its gradebook.
 
 The class of assignment 01 has four students: one hands in the solution, one the blank
 release, one a typical mistake (seed 001's softmax over ``dim=1`` in ``CausalAttention``), and
@@ -14,15 +17,21 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
+from autograder import pipeline, report
+from autograder.config import Autograder, load_settings
+from autograder.errors import GradingError
+from autograder.grading import Course
+from autograder.pipeline import ClassGrades
 from autograder.record import nbgrader_env
 
 REPO = Path(__file__).resolve().parent.parent
+CHECKS_DIR = Autograder.checks_dir.default_value
 ASSIGNMENT = "01_attention_basics"
 NOTEBOOK = "attention_basics.ipynb"
+DEMO_MARK = ".autograder-demo"
 
 CHEAT = '''import torch
 import torch.nn as nn
@@ -53,9 +62,13 @@ def _with_answer(notebook: dict, grade_id: str, change) -> dict:
 
 
 def make_course(root: Path, assignment: str = ASSIGNMENT) -> None:
-    """A course folder with the course's config, the assignment's source and its release."""
+    """A course folder with the course's config, the assignment's source, its hidden checks and
+    its release (made by nbgrader, as an instructor would)."""
+    checks = Path(CHECKS_DIR) / f"{assignment}.py"
     shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(REPO / "source" / assignment, root / "source" / assignment)
+    (root / CHECKS_DIR).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / checks, root / checks)
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"], cwd=root,
                    env=nbgrader_env(), check=True, capture_output=True)
 
@@ -79,22 +92,21 @@ def build_course(root: Path) -> None:
         (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
 
 
-def run_demo(args) -> int:
-    from autograder.cli import main
-
-    started = time.monotonic()
-    keep = Path(args.keep).resolve() if args.keep else None
-    with tempfile.TemporaryDirectory(prefix="autograder-demo-") as scratch:
-        root = keep or Path(scratch)
-        root.mkdir(parents=True, exist_ok=True)
-        print(f"Demo course folder: {root}")
-        build_course(root)
-        argv = ["grade", ASSIGNMENT, "--course", str(root), "--workers", str(min(4, os.cpu_count() or 1))]
-        if args.unsafe_no_sandbox:
-            argv.append("--unsafe-no-sandbox")
-        status = main(argv)
-        print(f"\nFeedback for the student who made a mistake: "
-              f"{root / 'feedback' / 'cy_mistake' / ASSIGNMENT / 'attention_basics.html'}")
-        print(f"Demo finished in {time.monotonic() - started:.0f} s."
-              + ("" if keep else " (Pass --keep DIR to keep the course folder.)"))
-        return status
+def run_demo(root: Path, unsafe_no_sandbox: bool = False,
+             announce: Callable[[str], None] | None = None) -> tuple[ClassGrades, dict[str, Path]]:
+    """Builds the demo's course in ``root`` (emptied first), grades and records its class, and
+    writes the class report; returns the grades and the paths a newcomer opens next."""
+    if root.exists():
+        if any(root.iterdir()) and not (root / DEMO_MARK).exists():
+            raise GradingError(f"{root} exists and is not a demo course folder: give the demo an empty or new folder.")
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / DEMO_MARK).write_text("Made by `autograder demo`, which empties this folder when it runs again.\n")
+    build_course(root)
+    course = Course(root, load_settings(root, workers=min(4, os.cpu_count() or 1),
+                                        unsafe_no_sandbox=unsafe_no_sandbox or None))
+    grades = pipeline.grade_and_record(course, ASSIGNMENT, announce=announce)
+    written = report.write_reports(course, ASSIGNMENT)
+    return grades, {"feedback of the student who made a mistake":
+                    root / "feedback" / "cy_mistake" / ASSIGNMENT / "attention_basics.html",
+                    "class report": written["report"]}

@@ -3,7 +3,7 @@
 The trusted process that runs this never executes student code: it reads notebooks as
 data (:mod:`autograder.preflight`), hands code and hidden inputs to the sandbox
 (:mod:`autograder.runner`), and judges the tensors that come back against the reference
-(:mod:`autograder.spec`, :mod:`transformer_lm.checks`).
+(:mod:`autograder.spec`, :mod:`transformer_lm.kinds`, :mod:`transformer_lm.judging`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ import pycodestyle
 import torch
 
 from autograder import runner, sandbox
+from autograder.config import Autograder, load_settings
+from autograder.errors import GradingError
 from autograder.preflight import Preflight, preflight, read_notebook
-from autograder.spec import STYLE, Item, Prepared
+from autograder.spec import STYLE, Item
+from transformer_lm.kinds import Prepared
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
-CHECKS_DIR = Path(__file__).with_name("checks")
 RECEIPTS = ("timestamp.txt", "submission_secret.txt")
 
 
@@ -99,16 +101,18 @@ class SubmissionResult:
 
 class Course:
     """A course folder in nbgrader's layout: source/, release/, submitted/, autograded/,
-    feedback/, gradebook.db, plus reports/ and the grader's private state in .grading/."""
+    feedback/, gradebook.db, plus reports/ and the grader's private state in .grading/, and the
+    grader's settings from its ``nbgrader_config.py`` (:mod:`autograder.config`)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, settings: Autograder | None = None):
         self.root = Path(root).resolve()
+        self.settings = settings or load_settings(self.root)
 
     def release_notebooks(self, assignment: str) -> dict[str, Path]:
         folder = self.root / "release" / assignment
         notebooks = {p.stem: p for p in sorted(folder.glob("*.ipynb"))}
         if not notebooks:
-            raise SystemExit(f"No release notebooks in {folder}. Generate them first: "
+            raise GradingError(f"No release notebooks in {folder}. Generate them first: "
                              f"nbgrader generate_assignment {assignment}")
         return notebooks
 
@@ -146,12 +150,17 @@ class Course:
     def reports(self, assignment: str) -> Path:
         return self.root / "reports" / assignment
 
+    def checks_file(self, assignment: str) -> Path:
+        """The hidden checks of ``assignment``, kept in the course folder, so that a course adds
+        an assignment without rebuilding the grader's container."""
+        return self.root / self.settings.checks_dir / f"{assignment}.py"
 
-def load_items(assignment: str) -> list[Item]:
-    """The hidden checks of ``assignment`` (``autograder/checks/<assignment>.py``)."""
-    path = CHECKS_DIR / f"{assignment}.py"
+
+def load_items(course: Course, assignment: str) -> list[Item]:
+    """The hidden checks of ``assignment`` (:meth:`Course.checks_file`)."""
+    path = course.checks_file(assignment)
     if not path.exists():
-        raise SystemExit(f"No hidden checks for {assignment!r}: expected {path}.")
+        raise GradingError(f"No hidden checks for {assignment!r}: expected {path}.")
     spec = importlib.util.spec_from_file_location(f"autograder.checks.a_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -180,20 +189,20 @@ class Assignment:
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
         release, items, prepared, probe_item = {}, {}, {}, {}
-        all_items = load_items(name)
+        all_items = load_items(course, name)
         secret = course.secret()
         located = set()
         for notebook, path in course.release_notebooks(name).items():
             data, problem = read_notebook(path)
             if problem:
-                raise SystemExit(f"The release notebook {path} is damaged: {problem}")
+                raise GradingError(f"The release notebook {path} is damaged: {problem}")
             release[notebook] = data["cells"]
             ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in data["cells"]}
             items[notebook] = [item for item in all_items if item.answer_id in ids]
             located.update(item.grade_id for item in items[notebook])
         lost = [item.answer_id for item in all_items if item.grade_id not in located]
         if lost:
-            raise SystemExit(f"Hidden checks name answer cells that no release notebook of {name} has: {lost}")
+            raise GradingError(f"Hidden checks name answer cells that no release notebook of {name} has: {lost}")
         for item in all_items:
             for index, check in enumerate(item.checks):
                 pid = f"{item.grade_id}.{index}"
@@ -240,7 +249,7 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
                 message = f"Your answer cell failed: {problem}"
             return ItemResult(status=outcome.status, message=message, **base)
         try:
-            verdict = assignment.prepared[pid].judge(outcome.record or {}, outcome.value)
+            verdict = assignment.prepared[pid].judge(outcome.record or {}, outcome.value, False)
         except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
             return ItemResult(status="error", message=f"The result could not be compared: {error}", **base)
         if not verdict.passed:
@@ -300,17 +309,22 @@ def grade_submission(course: Course, assignment: Assignment, student: str,
     return result, pres
 
 
-def grade_class(course: Course, assignment_name: str, students: list[str] | None, workers: int,
-                settings: runner.RunSettings, isolation: sandbox.Isolation, progress=None):
-    """Grades many submissions side by side, each worker with a warm sandbox of its own;
-    results come back in student order."""
-    assignment = Assignment.load(course, assignment_name)
-    students = students or course.students(assignment_name)
-    count = max(1, min(workers, len(students)))
+def run_settings(settings: Autograder) -> runner.RunSettings:
+    """The limits of one submission's run, from the course's settings."""
+    return runner.RunSettings(cell_seconds=settings.cell_timeout, total_seconds=settings.total_timeout,
+                              memory_bytes=settings.memory_bytes)
+
+
+def grade_class(course: Course, assignment: Assignment, students: list[str], isolation: sandbox.Isolation,
+                progress=None) -> list[tuple[SubmissionResult, dict[str, Preflight]]]:
+    """Grades many submissions side by side (``course.settings.workers``), each worker with a warm
+    sandbox of its own; results come back in student order."""
+    count = max(1, min(course.settings.workers, len(students)))
+    limits = run_settings(course.settings)
     with contextlib.ExitStack() as stack:
         idle = queue.SimpleQueue()
         for _ in range(count):
-            idle.put(stack.enter_context(runner.Worker(settings, isolation)))
+            idle.put(stack.enter_context(runner.Worker(limits, isolation)))
 
         def one(student):
             worker = idle.get()
@@ -323,8 +337,7 @@ def grade_class(course: Course, assignment_name: str, students: list[str] | None
             return outcome
 
         with ThreadPoolExecutor(max_workers=count) as pool:
-            graded = list(pool.map(one, students))
-    return assignment, graded
+            return list(pool.map(one, students))
 
 
 def load_results(course: Course, assignment: str) -> list[SubmissionResult]:

@@ -12,21 +12,34 @@ gradebook, formgrader and feedback see the same grades either way.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool, Unicode
 
+_PREPARED: dict = {}
+"""Each assignment's prepared hidden checks, by course folder and name."""
 
-@functools.cache
-def _assignment(root: Path, name: str):
+
+def _course(root: Path, config):
+    """The course with the settings nbgrader loaded from its ``nbgrader_config.py``: the same
+    ones ``autograder grade`` reads."""
+    from autograder.config import load_settings
+    from autograder.grading import Course
+
+    return Course(root, load_settings(root, config=config))
+
+
+def _assignment(course, name: str):
     """The assignment's hidden checks, prepared once per ``nbgrader autograde`` run rather than
     once per notebook."""
-    from autograder import grading
+    from autograder.grading import Assignment
 
-    return grading.Assignment.load(grading.Course(root), name)
+    key = (course.root, name)
+    if key not in _PREPARED:
+        _PREPARED[key] = Assignment.load(course, name)
+    return _PREPARED[key]
 
 
 class TrustedGrading(Preprocessor):
@@ -36,20 +49,23 @@ class TrustedGrading(Preprocessor):
     enabled = Bool(True, help="nbconvert skips preprocessors that are not enabled: this one must run.")
 
     def preprocess(self, nb, resources):
-        from autograder import grading, record, runner, sandbox
+        # Imported here: nbgrader loads this module with the course's config for every command.
+        from autograder import pipeline
+        from autograder.grading import grade_class, write_report
+        from autograder.sanitize import neutralize_student_markdown
 
         info = resources.get("nbgrader", {})
         assignment_name, student, notebook = info.get("assignment"), info.get("student"), info.get("notebook")
-        isolation = sandbox.detect_isolation()
-        if isolation.name == "none":
-            raise RuntimeError(f"No sandbox for student code ({isolation.detail}). Install bubblewrap, or use "
-                               f"`autograder grade {assignment_name} --unsafe-no-sandbox` inside a container.")
-        course = grading.Course(Path(self.course_root or "."))
-        assignment = _assignment(course.root, assignment_name)
-        path = course.submission_folder(assignment_name, student) / f"{notebook}.ipynb"
-        with runner.Worker(runner.RunSettings(), isolation) as worker:
-            items, _ = grading.grade_notebook(assignment, notebook, path if path.exists() else None, worker)
-        record.neutralize_student_markdown(nb.cells, assignment.release[notebook])
+        root = Path(self.course_root or ".").resolve()
+        course = _course(root, self.config)
+        isolation = pipeline.isolation_for(course)
+        assignment = _assignment(course, assignment_name)
+        # Only the grading half of the pipeline and the JSON report: the autograded notebook, the
+        # gradebook and the feedback are nbgrader's to write in this flow.
+        [(result, _)] = grade_class(course, assignment, [student], isolation)
+        write_report(course, result)
+        items = [item for item in result.items if item.notebook == notebook]
+        neutralize_student_markdown(nb.cells, assignment.release[notebook])
         verdicts = {f"{item.grade_id}_test": item for item in items}
         for cell in nb.cells:
             item = verdicts.get(cell.metadata.get("nbgrader", {}).get("grade_id"))

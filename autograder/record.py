@@ -11,7 +11,6 @@ import copy
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
@@ -21,16 +20,20 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
+from autograder.errors import GradingError
 from autograder.grading import Course, SubmissionResult
 from autograder.preflight import Preflight
+from autograder.sanitize import neutralize_student_markdown, safe_markdown
 
-COURSE_ID = "self-attention"
 CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "deduction",
               "message"]
 
 
 def gradebook(course: Course) -> Gradebook:
-    return Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", course_id=COURSE_ID)
+    """nbgrader's gradebook of the course, as its settings name it. nbgrader runs ``alembic``
+    from PATH to create or upgrade it: this environment's, also when it is not activated."""
+    os.environ["PATH"] = nbgrader_env()["PATH"]
+    return Gradebook(course.settings.db_url, course_id=course.settings.course_id)
 
 
 def nbgrader_env() -> dict[str, str]:
@@ -53,43 +56,7 @@ def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
     done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
                           cwd=course.root, env=nbgrader_env(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-
-
-LINK_TARGET = re.compile(r"(\]\(\s*<?\s*|^\s*\[[^\]]*\]:\s*)([^\s)>]+)", re.MULTILINE)
-SAFE_SCHEMES = ("http:", "https:", "mailto:")
-
-
-def safe_markdown(source: str) -> str:
-    """Student markdown that renders as text and links, never as active content.
-
-    nbgrader's feedback and formgrader templates turn markdown into HTML without a
-    sanitizer, so this happens to the notebook itself: raw HTML is escaped (it shows as
-    text; LaTeX still renders), and a link whose target has a scheme other than http(s)
-    or mailto (``javascript:``, ``data:``) points nowhere.
-    """
-    text = source.replace("<", "&lt;").replace(">", "&gt;")
-
-    def link(match):
-        target = match.group(2)
-        has_scheme = re.match(r"[A-Za-z][\w+.-]*:", target)
-        return match.group(1) + (target if not has_scheme or target.lower().startswith(SAFE_SCHEMES) else "#blocked")
-
-    return LINK_TARGET.sub(link, text)
-
-
-def neutralize_student_markdown(cells: list[dict], release_cells: list[dict]) -> None:
-    """Applies :func:`safe_markdown` to every markdown cell that is not a release cell as
-    released (so the student wrote or changed it), and drops its attachments."""
-    released = {"".join(c["source"]) if isinstance(c.get("source"), list) else c.get("source", "")
-                for c in release_cells if c.get("cell_type") == "markdown"}
-    for cell in cells:
-        if cell.get("cell_type") != "markdown":
-            continue
-        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else cell.get("source", "")
-        if source not in released:
-            cell["source"] = safe_markdown(source)
-            cell.pop("attachments", None)
+        raise GradingError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
 def item_message(item) -> str:

@@ -9,7 +9,6 @@ import pytest
 import hostile_class
 import notebook_tools as tools
 from autograder import demo, grading, sandbox
-from autograder.cli import main
 
 CELL_TIMEOUT = "5"
 
@@ -32,7 +31,7 @@ def graded_class(tmp_path_factory):
     before = fingerprint([root / "nbgrader_config.py", root / "source" / hostile_class.A / hostile_class.NB,
                           root / "submitted" / "ada_solution" / hostile_class.A / hostile_class.NB,
                           root / ".grading" / "secret"])
-    assert main(["grade", hostile_class.A, "--course", str(root), "--workers", "2", "--cell-timeout", CELL_TIMEOUT]) == 0
+    tools.grade_course(root, hostile_class.A, workers=2, cell_timeout=float(CELL_TIMEOUT))
     return root, {case.student: case for case in cases}, before
 
 

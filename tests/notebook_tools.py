@@ -204,24 +204,33 @@ def assert_every_check_says_todo(released_run: NotebookNode, test_ids) -> None:
                 assert todo, f"{grade_id(cell)}: {ename}: {evalue}"
 
 
+def grade_course(root, assignment: str, *, workers: int = 2, cell_timeout: float = 30, students=None, shard=None):
+    """Grades and records ``assignment`` in the course folder ``root`` through the library's one
+    entry point (:func:`autograder.pipeline.grade_and_record`), as ``autograder grade`` does."""
+    from autograder import pipeline
+    from autograder.config import load_settings
+    from autograder.grading import Course
+
+    root = Path(root)
+    course = Course(root, load_settings(root, workers=workers, cell_timeout=cell_timeout))
+    return pipeline.grade_and_record(course, assignment, students, shard)
+
+
 def grade_class(assignment: str, course_root, submissions: dict[str, NotebookNode], *, cell_timeout: float = 30,
                 workers: int = 2) -> dict[str, dict]:
-    """Grades ``submissions`` (student -> notebook) of ``assignment`` with the real
-    ``autograder grade`` in a new course folder, and returns each student's report.
+    """Grades ``submissions`` (student -> notebook) of ``assignment`` with the real grader in a
+    new course folder (the repository's config, source and hidden checks; nbgrader makes the
+    release there), and returns each student's report. Every assignment has one notebook,
+    named as in ``source/<assignment>``."""
+    from autograder.demo import make_course
 
-    The course gets the repository's config and source; nbgrader makes the release there.
-    Every assignment has one notebook, named as in ``source/<assignment>``.
-    """
-    from autograder.cli import main
-
-    release = generate_release(assignment, course_root)
-    notebook_name = next(release.glob("*.ipynb")).name
     root = Path(course_root)
+    root.mkdir(parents=True, exist_ok=True)
+    make_course(root, assignment)
+    notebook_name = next((root / "release" / assignment).glob("*.ipynb")).name
     for student, nb in submissions.items():
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(read(nb), folder / notebook_name)
-    status = main(["grade", assignment, "--course", str(root), "--workers", str(workers),
-                   "--cell-timeout", str(cell_timeout)])
-    assert status == 0
+    grade_course(root, assignment, workers=workers, cell_timeout=cell_timeout)
     return {s: json.loads((root / "reports" / assignment / f"{s}.json").read_text()) for s in submissions}

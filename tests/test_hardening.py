@@ -12,7 +12,7 @@ from pathlib import Path
 from html.parser import HTMLParser
 
 import hostile_class
-from autograder.cli import main
+import notebook_tools as tools
 from autograder.grading import STATUSES
 from conftest import CELL_TIMEOUT, fingerprint
 
@@ -90,7 +90,7 @@ def test_grades_repeat_with_one_worker_and_run_after_run(graded_class, tmp_path)
     root, cases, _ = graded_class
     again = tmp_path / "again"
     shutil.copytree(root, again, ignore=shutil.ignore_patterns("reports", "autograded", "feedback", "gradebook.db"))
-    assert main(["grade", A, "--course", str(again), "--workers", "1", "--cell-timeout", CELL_TIMEOUT]) == 0
+    tools.grade_course(again, A, workers=1, cell_timeout=float(CELL_TIMEOUT))
     for student in cases:
         first, second = report(root, student), report(again, student)
         assert first["items"] == second["items"], student
@@ -132,8 +132,7 @@ def test_feedback_holds_no_hidden_checks_no_hidden_inputs_and_no_active_content(
                                 hostile_class.WRONG_CAUSAL.replace("# wrong: no attention at all", payload))
     (root / "submitted" / "zz_html2" / A).mkdir(parents=True)
     (root / "submitted" / "zz_html2" / A / hostile_class.NB).write_text(json.dumps(bad))
-    assert main(["grade", A, "--course", str(root), "--student", "zz_html", "--student", "zz_html2",
-                 "--cell-timeout", CELL_TIMEOUT]) == 0
+    tools.grade_course(root, A, students=["zz_html", "zz_html2"], cell_timeout=float(CELL_TIMEOUT))
     hidden = (hostile_class.REPO / "autograder" / "checks" / f"{A}.py").read_text()
     hidden_lines = [line.strip() for line in hidden.splitlines() if len(line.strip()) > 30]
     secret = (root / ".grading" / "secret").read_text().strip()

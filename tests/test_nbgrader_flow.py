@@ -16,17 +16,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbgrader.api import Gradebook
-
 import notebook_tools as tools
-from autograder import demo, sandbox
-from autograder.cli import main
-from autograder.record import COURSE_ID, nbgrader_env
+from autograder import demo, grading, record, sandbox
+from autograder.record import nbgrader_env
 
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
 
 A = "01_attention_basics"
 NB = "attention_basics.ipynb"
+COURSE = grading.Course(tools.REPO_ROOT).settings.course_id
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +47,7 @@ def nbgrader(*args, cwd: Path, home: Path) -> None:
 
 def scores(course: Path, students) -> dict[str, float]:
     """Totals from nbgrader's gradebook, which both ways of grading write."""
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE_ID) as gb:
+    with record.gradebook(grading.Course(course)) as gb:
         return {s: gb.find_submission(A, s).score for s in students}
 
 
@@ -66,7 +64,7 @@ def test_release_fetch_submit_collect_grade_and_feedback_through_the_exchange(co
         """Each student runs ``nbgrader ARGS``, side by side as in a real class."""
         def run(student):
             homes[student].mkdir(exist_ok=True)
-            nbgrader(*args, f"--course={COURSE_ID}", f"--Exchange.root={exchange}", f"--student={student}",
+            nbgrader(*args, f"--course={COURSE}", f"--Exchange.root={exchange}", f"--student={student}",
                      cwd=homes[student], home=homes[student])
         with ThreadPoolExecutor() as pool:
             list(pool.map(run, homes))
@@ -107,6 +105,5 @@ def test_zip_collect_of_a_canvas_download(course, tmp_path):
 
     nbgrader("zip_collect", A, cwd=course, home=tmp_path)
     assert all((course / "submitted" / s / A / NB).is_file() for s in ("1001", "1002"))
-    assert main(["grade", A, "--course", str(course), "--student", "1001", "--student", "1002",
-                 "--workers", "2", "--cell-timeout", "10"]) == 0
+    tools.grade_course(course, A, students=["1001", "1002"], workers=2, cell_timeout=10)
     assert scores(course, ("1001", "1002")) == {"1001": 10, "1002": 0}

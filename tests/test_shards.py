@@ -7,7 +7,8 @@ import shutil
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import demo, grading, sandbox
+import notebook_tools as tools
+from autograder import demo, grading, pipeline, sandbox
 from autograder.cli import main
 
 A = demo.ASSIGNMENT
@@ -34,13 +35,13 @@ def test_three_shards_merged_equal_one_run(tmp_path):
     shutil.copytree(single, sharded)  # the shards share one course folder, and so its secret
     students = grading.Course(single).students(A)
 
-    assert main(["grade", A, "--course", str(single), "--workers", "2"]) == 0
+    tools.grade_course(single, A, workers=2)
     for index in range(3):
-        assert main(["grade", A, "--course", str(sharded), "--workers", "1", "--shard", f"{index}/3"]) == 0
+        tools.grade_course(sharded, A, workers=1, shard=(index, 3))
         assert set(reports(sharded)) == {s for i in range(index + 1) for s in students[i::3]}  # its slice only
     with Gradebook(f"sqlite:///{sharded / 'gradebook.db'}") as gradebook:
         assert gradebook.find_assignment(A).submissions == []  # shards leave the gradebook to the merge
-    assert main(["merge", A, "--course", str(sharded)]) == 0
+    pipeline.merge(grading.Course(sharded), A)
 
     assert reports(sharded) == reports(single)
     assert gradebook_scores(sharded, students) == gradebook_scores(single, students)
@@ -60,5 +61,6 @@ def test_a_wrong_shard_is_refused_with_its_form(shard, capsys, tmp_path):
 
 
 def test_merge_without_reports_says_what_to_run(tmp_path, capsys):
-    assert main(["merge", A, "--course", str(tmp_path)]) == 1
-    assert f"autograder grade {A} --shard" in capsys.readouterr().out
+    shutil.copy2(tools.REPO_ROOT / "nbgrader_config.py", tmp_path)
+    assert main(["merge", A, "--course", str(tmp_path)]) == 2
+    assert f"autograder grade {A} --shard" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""Grading a class, then recording it: the one entry point of the library.
+
+The command line, the demo, nbgrader's autograde hook and the tests all call
+:func:`grade_and_record` (or its halves, :func:`grade` and :func:`record_class`), so every
+way of grading produces the same files: a JSON report per submission, the autograded notebooks,
+feedback pages, the gradebook's scores and ``grades.csv``. Nothing here prints; the caller
+shows what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder import feedback, record, sandbox
+from autograder.errors import GradingError
+from autograder.grading import Assignment, Course, SubmissionResult, grade_class, load_results, write_report
+from autograder.preflight import Preflight
+
+
+@dataclass
+class ClassGrades:
+    """What a grading run did: the results in student order, the sandbox it used, and where
+    they were recorded (``grades_csv`` is None for a shard, which the merge records)."""
+
+    assignment: str
+    results: list[SubmissionResult]
+    isolation: str = ""
+    grades_csv: Path | None = None
+
+
+def isolation_for(course: Course) -> sandbox.Isolation:
+    """The sandbox student code runs in; without bubblewrap, only where the course's settings
+    say that a container is the wall (``unsafe_no_sandbox``)."""
+    isolation = sandbox.detect_isolation()
+    if isolation.name == "none" and not course.settings.unsafe_no_sandbox:
+        raise GradingError(f"Refusing to run student code without a sandbox: {isolation.detail}\n"
+                           "Install bubblewrap (sudo apt-get install bubblewrap), or, inside a container that is "
+                           "itself the wall, pass --unsafe-no-sandbox.")
+    return isolation
+
+
+def grade(course: Course, assignment: Assignment, students: list[str], isolation: sandbox.Isolation,
+          progress: Callable[[str], None] | None = None) -> list[tuple[SubmissionResult, dict[str, Preflight]]]:
+    """Grades ``students`` and writes what belongs to each of them alone: the JSON report,
+    the autograded notebooks and the feedback pages (so that shards never write the same file)."""
+    graded = grade_class(course, assignment, students, isolation, progress)
+    for result, pres in graded:
+        write_report(course, result)
+        record.write_autograded(course, result, pres, assignment.release)
+        answers = {nb: feedback.answers_of(pre.notebook["cells"]) for nb, pre in pres.items() if pre.notebook}
+        feedback.write_feedback(course, result, answers)
+    return graded
+
+
+def record_class(course: Course, assignment: str, results: list[SubmissionResult]) -> Path:
+    """Writes the scores into nbgrader's gradebook and ``grades.csv``; returns the CSV's path."""
+    record.ensure_assignment_in_gradebook(course, assignment)
+    for result in results:
+        record.record_in_gradebook(course, result)
+    return record.write_grades_csv(course, assignment)
+
+
+def grade_and_record(course: Course, assignment: str, students: list[str] | None = None,
+                     shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+                     announce: Callable[[str], None] | None = None) -> ClassGrades:
+    """Grades the submissions of ``assignment`` (every student in ``submitted/``, or
+    ``students``; with ``shard=(i, N)`` every N-th of them from the i-th) and records them.
+    A shard leaves the gradebook to :func:`merge`. ``announce`` hears the sandbox in use
+    before grading starts."""
+    isolation = isolation_for(course)
+    if announce:
+        announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
+                 f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.")
+    prepared = Assignment.load(course, assignment)
+    chosen = students or course.students(assignment)
+    if shard:
+        index, count = shard
+        chosen = chosen[index::count]
+    results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
+    grades = ClassGrades(assignment, results, isolation.name)
+    if results and not shard:
+        grades.grades_csv = record_class(course, assignment, results)
+    return grades
+
+
+def merge(course: Course, assignment: str) -> ClassGrades:
+    """Records every graded shard's reports in the gradebook and ``grades.csv``."""
+    results = load_results(course, assignment)
+    if not results:
+        raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
+                           f"`autograder grade {assignment} --shard i/N` for each shard first.")
+    return ClassGrades(assignment, results, results[0].isolation, record_class(course, assignment, results))
+
+
+def write_class_feedback(course: Course, assignment: str) -> list[Path]:
+    """Feedback pages again from the last grading (its reports and autograded notebooks)."""
+    results = load_results(course, assignment)
+    if not results:
+        raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
+                           f"`autograder grade {assignment}` first.")
+    pages = []
+    for result in results:
+        folder = course.root / "autograded" / result.student / result.assignment
+        answers = {nb.stem: feedback.answers_of(json.loads(nb.read_text())["cells"]) for nb in folder.glob("*.ipynb")}
+        pages += feedback.write_feedback(course, result, answers)
+    return pages
