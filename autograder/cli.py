@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+
 def shard_of(text: str) -> tuple[int, int]:
     """``"i/N"`` as ``(i, N)``, with 0 <= i < N (a Kubernetes Indexed Job's completion index)."""
     try:
@@ -48,9 +49,12 @@ def grade(args) -> int:
     from autograder import pipeline
 
     course = course_of(args)
-    with tqdm(desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
+    with tqdm(desc=f"grading {args.assignment}", unit="submission", file=sys.stderr, disable=None, delay=0.5) as bar:
+        def announce(isolation: str, count: int) -> None:
+            print(isolation)
+            bar.reset(total=count)
         grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard,
-                                           progress=lambda student: bar.update(), announce=print)
+                                           progress=lambda student: bar.update(), announce=announce)
     if not grades.results:
         print(f"No submissions of {args.assignment} in {course.root / 'submitted'}"
               + (f" for shard {args.shard[0]}/{args.shard[1]}." if args.shard else "."))
@@ -116,8 +120,9 @@ def demo_command(args) -> int:
     started = time.monotonic()
     root = Path(args.keep).resolve()
     print(f"Demo course folder: {root}")
-    grades, paths = demo.run_demo(root, args.unsafe_no_sandbox, announce=print)
-    show(course_of(argparse.Namespace(course=root)), grades)
+    course, grades, paths = demo.run_demo(root, args.unsafe_no_sandbox,
+                                          announce=lambda isolation, count: print(isolation))
+    show(course, grades)
     for what, path in paths.items():
         print(f"The {what}: {path}")
     print(f"Demo finished in {time.monotonic() - started:.0f} s.")

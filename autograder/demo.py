@@ -93,9 +93,9 @@ def build_course(root: Path) -> None:
 
 
 def run_demo(root: Path, unsafe_no_sandbox: bool = False,
-             announce: Callable[[str], None] | None = None) -> tuple[ClassGrades, dict[str, Path]]:
+             announce: Callable[[str, int], None] | None = None) -> tuple[Course, ClassGrades, dict[str, Path]]:
     """Builds the demo's course in ``root`` (emptied first), grades and records its class, and
-    writes the class report; returns the grades and the paths a newcomer opens next."""
+    writes the class report; returns the course, the grades and the paths a newcomer opens next."""
     if root.exists():
         if any(root.iterdir()) and not (root / DEMO_MARK).exists():
             raise GradingError(f"{root} exists and is not a demo course folder: give the demo an empty or new folder.")
@@ -107,6 +107,6 @@ def run_demo(root: Path, unsafe_no_sandbox: bool = False,
                                         unsafe_no_sandbox=unsafe_no_sandbox or None))
     grades = pipeline.grade_and_record(course, ASSIGNMENT, announce=announce)
     written = report.write_reports(course, ASSIGNMENT)
-    return grades, {"feedback of the student who made a mistake":
-                    root / "feedback" / "cy_mistake" / ASSIGNMENT / "attention_basics.html",
-                    "class report": written["report"]}
+    page = root / "feedback" / "cy_mistake" / ASSIGNMENT / f"{Path(NOTEBOOK).stem}.html"
+    paths = {"feedback of the student who made a mistake": page, "class report": written["report"]}
+    return course, grades, paths

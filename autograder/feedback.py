@@ -19,8 +19,8 @@ from autograder.grading import Course, SubmissionResult
 # put into a page is escaped, so no string from a submission becomes markup. They are found
 # beside this file, not through the package's import spec: a course folder's own
 # autograder/checks/ can make ``autograder`` a namespace package where nbgrader runs.
-PAGES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")), autoescape=True, undefined=StrictUndefined,
-                    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+PAGES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")), autoescape=True,
+                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
 def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str]]) -> str:

@@ -65,20 +65,22 @@ def record_class(course: Course, assignment: str, results: list[SubmissionResult
 
 def grade_and_record(course: Course, assignment: str, students: list[str] | None = None,
                      shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
-                     announce: Callable[[str], None] | None = None) -> ClassGrades:
+                     announce: Callable[[str, int], None] | None = None) -> ClassGrades:
     """Grades the submissions of ``assignment`` (every student in ``submitted/``, or
     ``students``; with ``shard=(i, N)`` every N-th of them from the i-th) and records them.
-    A shard leaves the gradebook to :func:`merge`. ``announce`` hears the sandbox in use
-    before grading starts."""
+    A shard leaves the gradebook to :func:`merge`. Once everything is ready, ``announce`` hears
+    the sandbox in use and how many submissions are to be graded; ``progress`` hears each
+    student whose submission is done."""
     isolation = isolation_for(course)
-    if announce:
-        announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
-                 f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.")
     prepared = Assignment.load(course, assignment)
     chosen = students or course.students(assignment)
     if shard:
         index, count = shard
         chosen = chosen[index::count]
+    if announce:
+        announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
+                 f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.",
+                 len(chosen))
     results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
     grades = ClassGrades(assignment, results, isolation.name)
     if results and not shard:

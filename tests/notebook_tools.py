@@ -204,6 +204,14 @@ def assert_every_check_says_todo(released_run: NotebookNode, test_ids) -> None:
                 assert todo, f"{grade_id(cell)}: {ename}: {evalue}"
 
 
+def assert_full_marks_and_zero(solution: dict, blank: dict) -> None:
+    """The grader's two fixed points for every assignment, from two graded reports: the solution
+    gets every point, the blank release none (each item failed or an error: nothing written)."""
+    assert solution["total"] == solution["max_total"] > 0, [(i["grade_id"], i["status"], i["message"])
+                                                            for i in solution["items"] if i["status"] != "passed"]
+    assert blank["total"] == 0 and all(i["status"] in ("failed", "error") for i in blank["items"]), blank["items"]
+
+
 def grade_course(root, assignment: str, *, workers: int = 2, cell_timeout: float = 30, students=None, shard=None):
     """Grades and records ``assignment`` in the course folder ``root`` through the library's one
     entry point (:func:`autograder.pipeline.grade_and_record`), as ``autograder grade`` does."""

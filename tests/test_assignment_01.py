@@ -211,3 +211,11 @@ def test_seed_causal_attention_is_caught(source_nb):
 def test_seed_multi_head_attention_is_caught(source_nb):
     message = _test_cell_errors(source_nb, "multihead_attention", SEED_MULTI_HEAD_ATTENTION)
     assert "d_out" in message
+
+
+def test_solution_gets_full_marks_and_the_blank_release_zero(graded_class):
+    """Read from the hostile class of tests/hostile_class.py, graded once per session."""
+    root, _, _ = graded_class
+    report = {student: json.loads((root / "reports" / ASSIGNMENT / f"{student}.json").read_text())
+              for student in ("ada_solution", "bo_blank")}
+    tools.assert_full_marks_and_zero(report["ada_solution"], report["bo_blank"])

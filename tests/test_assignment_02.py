@@ -191,7 +191,7 @@ def release_with(answers: dict[str, str]):
 
 @pytest.fixture(scope="module")
 def reports(source_nb, tmp_path_factory):
-    """Three submissions graded in one run of ``autograder grade``:
+    """Four submissions graded in one run of the grader (the blank release among them):
 
     * ``solution``: the release filled with the source's answer cells;
     * ``seed``: the release filled with seed 003's own classes, pasted whole;
@@ -206,6 +206,7 @@ def reports(source_nb, tmp_path_factory):
         "seed": release_with({"self_attention": SEED_SELF_ATTENTION,
                               "multihead_self_attention": SEED_MULTI_HEAD_SELF_ATTENTION}),
         "mistakes": release_with({"self_attention": pep8, "multihead_self_attention": MERGED_WITHOUT_TRANSPOSE}),
+        "blank": tools.read(RELEASE_DIR / NOTEBOOK),
     }
     graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
     return {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
@@ -359,6 +360,7 @@ def test_release_reports_todo_everywhere(released_run):
 
 
 def test_solution_submission_gets_full_marks(reports):
+    tools.assert_full_marks_and_zero(reports["solution"][""], reports["blank"][""])
     report = reports["solution"]
     assert report[""]["total"] == report[""]["max_total"] == 10
     assert report[""]["flags"] == []

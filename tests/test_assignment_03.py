@@ -51,13 +51,14 @@ def wrong_norm_order(source_nb) -> str:
 def reports(source_nb, tmp_path_factory):
     """One class graded by the real grader, in one call: the solution; an answer that calls
     F.scaled_dot_product_attention together with a decoder layer whose LayerNorms are in the
-    wrong order; and an inverted boolean mask."""
+    wrong order; an inverted boolean mask; and the blank release."""
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
     forbidden = tools.replace_solution(source_nb, "my_attention", SDPA_ATTENTION)
     forbidden = tools.replace_solution(forbidden, "transformer_decoder_layer", wrong_norm_order(source_nb))
     submissions = {"solution": source_nb, "library_call": forbidden,
-                   "inverted_mask": tools.replace_solution(source_nb, "my_attention", INVERTED_MASK_ATTENTION)}
+                   "inverted_mask": tools.replace_solution(source_nb, "my_attention", INVERTED_MASK_ATTENTION),
+                   "blank": tools.read(RELEASE_DIR / NOTEBOOK)}
     graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
     return {student: {item["grade_id"]: item for item in report["items"]} | {"_report": report}
             for student, report in graded.items()}
@@ -190,6 +191,7 @@ def test_release_reports_todo_everywhere(released_run):
 
 
 def test_solution_gets_full_marks(reports):
+    tools.assert_full_marks_and_zero(reports["solution"]["_report"], reports["blank"]["_report"])
     report = reports["solution"]["_report"]
     assert report["total"] == report["max_total"] == 10
     for item in report["items"]:

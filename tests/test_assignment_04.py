@@ -231,7 +231,8 @@ def graded(source_nb, tmp_path_factory):
     * ``no_scaling`` and ``zero_fill``: the solution's attention without the 1/sqrt(d_k), and with
       the masked scores filled with 0;
     * ``loss_and_crop``: a loss summed instead of averaged, and generation that never crops its
-      context; the attention, the block and the KV cache are the solution's.
+      context; the attention, the block and the KV cache are the solution's;
+    * ``blank``: the release as it is.
 
     Returns the reports by student, each item by grade_id, and the course folder.
     """
@@ -248,6 +249,7 @@ def graded(source_nb, tmp_path_factory):
             "gpt": answer(source_nb, "gpt", MEAN_LOSS, 'targets.view(-1), ignore_index=-1, reduction="sum")'),
             "generate": answer(source_nb, "generate", CROP, "context = idx"),
         }),
+        "blank": tools.read(RELEASE_DIR / NOTEBOOK),
     }
     course = tmp_path_factory.mktemp("course")
     started = time.perf_counter()
@@ -461,6 +463,7 @@ def test_release_reports_todo_everywhere(released_run):
 
 def test_solution_gets_full_marks(graded):
     reports, _, _ = graded
+    tools.assert_full_marks_and_zero(reports["solution"][""], reports["blank"][""])
     report = reports["solution"][""]
     assert report["total"] == report["max_total"] == 10
     for item in report["items"]:

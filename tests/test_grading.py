@@ -27,13 +27,6 @@ def items(root, student):
     return {i["grade_id"]: i for i in report(root, student)["items"]}
 
 
-def test_solution_gets_full_marks_and_blank_gets_zero(graded_class):
-    root, _, _ = graded_class
-    assert report(root, "ada_solution")["total"] == report(root, "ada_solution")["max_total"] == 10
-    blank = report(root, "bo_blank")
-    assert blank["total"] == 0 and all(i["status"] in ("failed", "error") for i in blank["items"])
-
-
 def test_typical_mistake_is_named_with_a_hint(graded_class):
     root, _, _ = graded_class
     causal = items(root, "cy_mistake")["causal_attention"]
