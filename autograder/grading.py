@@ -28,6 +28,7 @@ import torch
 from autograder import runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
+from autograder.forbidden import found_in_trace, runtime_names
 from autograder.preflight import Preflight, preflight, read_notebook
 from autograder.spec import STYLE, Item
 from transformer_lm.kinds import Prepared
@@ -238,6 +239,17 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     for index in range(len(item.checks)):
         pid = f"{item.grade_id}.{index}"
         outcome = run.outcomes[pid]
+        answer = pre.answer(item.answer_id)
+        answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"}
+        used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells)
+        if used:
+            flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
+                    f"(seen in what ran, not in its text).")
+            if flag not in pre.flags:
+                pre.flags.append(flag)
+            return ItemResult(status="forbidden", message=f"While it was checked, the answer ran {', '.join(used)}, "
+                              "the library version of what this exercise asks you to write yourself (the grader "
+                              "sees the operations that run, whatever name reached them).", **base)
         if outcome.status == "todo":
             return ItemResult(status="failed", message="Not written yet: the answer still raises NotImplementedError.",
                               **base)
@@ -287,7 +299,10 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         ids = {i.grade_id for i in items} - set(pre.item_status)
         pids = {pid: assignment.prepared[pid] for pid, gid in assignment.probe_item.items() if gid in ids}
         answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in pids}
-        run = runner.run_submission(pre, pids, answers, worker)
+        forbids = {item.grade_id: item.forbids for item in items}
+        watch = {pid: sorted(runtime_names(forbids[gid])) for pid, gid in assignment.probe_item.items()
+                 if pid in pids and forbids[gid]}
+        run = runner.run_submission(pre, pids, answers, worker, watch)
     return [judge_item(item, notebook, assignment, pre, run) for item in items], pre
 
 

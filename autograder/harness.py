@@ -33,6 +33,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -45,6 +46,8 @@ from safetensors.torch import load_file, save_file
 
 from transformer_lm.sandboxed import probes
 
+CELL_FILE = re.compile(r"<ipython-input-(\d+)-")
+"""How IPython names a cell's code: by the execution count it ran under."""
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
 PR_SET_DUMPABLE = 4
@@ -90,6 +93,11 @@ def run_probe(call: dict, namespace: dict, tensors: dict[str, torch.Tensor], pid
     return probes.call_probe(call, namespace, own)
 
 
+def traced(seen: dict) -> dict[str, list[list[int]]]:
+    """A trace as JSON: each watched name that ran, with the cell stacks it ran from."""
+    return {name: [list(stack) for stack in stacks] for name, stacks in seen.items()}
+
+
 def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
     """Runs one submission's plan, in a process of its own; never returns. ``token`` names the
     run in its journal's first line."""
@@ -100,9 +108,17 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
     save, dumps = save_file, json.dumps
     shell = InteractiveShell.instance()
     journal.log("ready", run=token)
+    cells_by_count: dict[int, int] = {}
+
+    def cell_of(filename: str) -> int | None:
+        """The plan's index of the cell compiled under ``filename`` (``<ipython-input-N-...>``)."""
+        match = CELL_FILE.match(filename)
+        return cells_by_count.get(int(match.group(1))) if match else None
+
     for cell in plan["cells"]:
         if cell["index"] not in plan["skip_cells"]:
             journal.log("cell_start", index=cell["index"])
+            cells_by_count[shell.execution_count] = cell["index"]
             result = shell.run_cell(cell["source"], store_history=True)
             error = result.error_before_exec or result.error_in_exec
             journal.log("cell_end", index=cell["index"], error=describe(error) if error else None)
@@ -110,18 +126,21 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
             if pid in plan["skip_probes"]:
                 continue
             journal.log("probe_start", probe=pid)
+            ran: dict = {}
             try:
-                value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
+                with probes.trace_calls(plan["watch"].get(pid, ()), cell_of) as ran:
+                    value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
                 record = probes.as_record(value)
                 if record is not None:
                     save(record, os.path.join(out_dir, f"{pid}.safetensors"))
-                    journal.log("probe_end", probe=pid, saved=True)
+                    journal.log("probe_end", probe=pid, saved=True, ran=traced(ran))
                 else:
                     text = dumps(value, default=str)
-                    journal.log("probe_end", probe=pid, value=value if len(text) <= MAX_VALUE else None)
+                    journal.log("probe_end", probe=pid, value=value if len(text) <= MAX_VALUE else None,
+                                ran=traced(ran))
             except BaseException as error:  # noqa: BLE001 - anything a student object raises is a result
                 kind = "todo" if isinstance(error, NotImplementedError) else "error"
-                journal.log("probe_end", probe=pid, error=describe(error), kind=kind)
+                journal.log("probe_end", probe=pid, error=describe(error), kind=kind, ran=traced(ran))
     journal.log("done")
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads cannot change the outcome
@@ -141,14 +160,16 @@ class _Tiny(torch.nn.Module):
 
 
 def warm_up() -> None:
-    """Imports what the course's notebooks use and probes a small module once, so that every
-    forked run starts with torch's lazy set-up done (a probe's first call alone imports sympy)."""
+    """Imports what the course's notebooks use and probes a small module once, traced, so that
+    every forked run starts with torch's lazy set-up done (a probe's first call alone imports
+    sympy, and the first traced call sets up Python dispatch)."""
     import matplotlib.pyplot  # noqa: F401
     import numpy  # noqa: F401
 
     from transformer_lm.sandboxed import test_values, viz  # noqa: F401
 
-    probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
+    with probes.trace_calls({"softmax", "aten::_softmax"}, lambda filename: None):  # its first use costs 0.4 s
+        probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
 
 
 def wipe(folder: str, keep: set[str]) -> None:

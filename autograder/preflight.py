@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.forbidden import found_in_text
 from transformer_lm.source_scan import mentioned_names, parse_cell
 
 SKIP_TAG = "skip-grading"
@@ -29,7 +30,9 @@ TAMPERING = [
     (re.compile(r"input_transformers|input_transformer_manager|ast_transformers"), "registers an IPython input transformer"),
     (re.compile(r"\bevents\s*\.\s*register|pre_run_cell|post_run_cell|pre_execute|post_execute"), "registers an IPython event hook"),
     (re.compile(r"set_custom_exc|showtraceback\s*="), "replaces IPython's error handling"),
-    (re.compile(r"__torch_function__|__torch_dispatch__|_make_subclass|DisableTorchFunction"), "overrides torch's dispatch"),
+    (re.compile(r"__torch_function__|__torch_dispatch__|_make_subclass|DisableTorchFunction|DisableTorchDispatch"
+                r"|_pop_mode|_pop_torch_(function|dispatch)_stack|_disable_current_modes|_unset_dispatch_mode"),
+     "overrides torch's dispatch"),
     (re.compile(r"gradebook\.db|nbgrader_config|journal\.jsonl|/grader/|autograder/checks|\.grading/|\.\./source"),
      "reaches for the grader's files"),
     (re.compile(r"sys\s*\.\s*modules|importlib\.reload|__builtins__|\bbuiltins\b"), "rewires modules or builtins"),
@@ -163,13 +166,6 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tupl
     return cells, lost
 
 
-def forbidden_name(path: str) -> str:
-    """The name an answer must not mention for a forbidden dotted path
-    (``torch.nn.MultiheadAttention.forward`` forbids ``MultiheadAttention``)."""
-    parts = path.split(".")
-    return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
-
-
 def _monkeypatches(source: str) -> bool:
     """True when the code assigns to an attribute of a library module (``torch.allclose = ...``)."""
     tree = parse_cell(source)
@@ -226,8 +222,7 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         if item.answer_id in lost:
             result.item_status[item.grade_id] = ("missing", "The answer cell was missing from the notebook.")
             continue
-        names = mentioned_names(answer.source) if item.forbids else set()
-        used = sorted(forbidden_name(p) for p in item.forbids if forbidden_name(p) in names)
+        used = found_in_text(item.forbids, mentioned_names(answer.source)) if item.forbids else []
         if used:
             result.item_status[item.grade_id] = (
                 "forbidden", f"The answer uses {', '.join(used)}, the library version of what this exercise "

@@ -58,12 +58,15 @@ class RunSettings:
 @dataclass
 class ProbeOutcome:
     """What became of one probe call: ``ok`` (with its record or value), ``todo``, ``error``,
-    ``timeout`` or ``killed``, with a message for the student."""
+    ``timeout`` or ``killed``, with a message for the student; ``ran`` maps each watched torch
+    function or ATen operator that ran during the call to the notebook cells (plan indexes,
+    innermost first) on the stack when it did (:func:`transformer_lm.sandboxed.probes.trace_calls`)."""
 
     status: str
     message: str = ""
     record: dict[str, torch.Tensor] | None = None
     value: object = None
+    ran: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -130,6 +133,16 @@ def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     except Exception as error:  # noqa: BLE001 - a damaged file is a result
         return None, f"the record could not be read ({type(error).__name__})"
     return record, ""
+
+
+def _trace(value) -> dict[str, list[tuple[int, ...]]]:
+    """A probe's trace (watched name -> the cell stacks it ran from), as far as it has that shape:
+    the journal is written in the sandbox."""
+    if not isinstance(value, dict):
+        return {}
+    return {name: [tuple(i for i in stack if isinstance(i, int)) for stack in stacks[:probes.MAX_TRACED_STACKS]
+                   if isinstance(stack, list)]
+            for name, stacks in list(value.items())[:100] if isinstance(name, str) and isinstance(stacks, list)}
 
 
 def _death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
@@ -255,15 +268,18 @@ class Worker:
 
 
 def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-                   worker: Worker) -> RunResult:
+                   worker: Worker, watch: dict[str, list[str]] | None = None) -> RunResult:
     """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
-    the grade_id of the answer cell after which it runs. A run that dies is run again without
-    the cell or probe that killed it, as long as attempts and total time remain.
+    the grade_id of the answer cell after which it runs; ``watch`` maps a probe id to the
+    torch functions and ATen operators whose calls its trace records (forbidden ones). A run
+    that dies is run again without the cell or probe that killed it, as long as attempts and
+    total time remain.
     """
     settings = worker.settings
     attempts = _Attempts(pre, prepared, probe_cells, worker)
+    attempts.plan["watch"] = watch or {}
     result = attempts.result
     deadline = time.monotonic() + settings.total_seconds
     for attempt in range(settings.max_attempts):
@@ -357,13 +373,14 @@ class _Attempts:
             pid = event["probe"]
             if event.get("error"):
                 status = "todo" if event.get("kind") == "todo" else "error"
-                result.outcomes[pid] = ProbeOutcome(status, str(event["error"])[:2000])
+                outcome = ProbeOutcome(status, str(event["error"])[:2000])
             elif event.get("saved"):
                 record, problem = _load_record(read(f"{MOUNTS['out']}/{pid}.safetensors"))
-                result.outcomes[pid] = ProbeOutcome("ok", record=record) if record is not None \
-                    else ProbeOutcome("error", problem)
+                outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
             else:
-                result.outcomes[pid] = ProbeOutcome("ok", value=event.get("value"))
+                outcome = ProbeOutcome("ok", value=event.get("value"))
+            outcome.ran = _trace(event.get("ran"))
+            result.outcomes[pid] = outcome
 
     def _blame(self, step: tuple[str, object, float] | None, status: str, message: str) -> bool:
         """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe that was

@@ -64,6 +64,19 @@ HARDCODED_V1 = '''class SelfAttention_v1(nn.Module):
                              [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040]], requires_grad=True)
 '''
 
+# The library softmax, reached without its name in the answer's text: caught by what ran.
+SOFTMAX_BY_GETATTR = '''def softmax_stable(x):
+    return getattr(torch, "soft" + "max")(x, dim=-1)
+'''
+SOFTMAX_BY_OPS = '''def softmax_stable(x):
+    return torch.ops.aten._softmax(x, -1, False)
+'''
+SOFTMAX_HELPER = "def normalise(scores):\n    return torch.softmax(scores, dim=-1)\n"
+SOFTMAX_BY_HELPER = '''def softmax_stable(x):
+    return normalise(x)
+'''
+RAN_SOFTMAX = {"softmax_stable": "the answer ran softmax"}
+
 # Correct only when the snooping found something: a failed item proves it found nothing.
 SOFTMAX_IF_FOUND = '''def softmax_stable(x):
     e = (x - x.max(dim=-1, keepdim=True).values).exp()
@@ -240,6 +253,12 @@ def cases(course: Path) -> list[Case]:
         Case("atk_snoop", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
                                            CONTEXT_IF_NET), snooping_cell(course), "softmax_stable"), 8,
              {"softmax_stable": {"failed"}, "context_vectors": {"failed"}}, flagged=True),
+        Case("fbd_getattr", replace(good, "softmax_stable", SOFTMAX_BY_GETATTR), 9,
+             {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
+        Case("fbd_ops", replace(good, "softmax_stable", SOFTMAX_BY_OPS), 9, {"softmax_stable": {"forbidden"}},
+             message=RAN_SOFTMAX),
+        Case("fbd_helper", add_cell(replace(good, "softmax_stable", SOFTMAX_BY_HELPER), SOFTMAX_HELPER, "softmax_stable"),
+             9, {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
         Case("snoop_control", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
                                                CONTEXT_IF_NET), "FOUND, NET = ['forced'], True\n", "softmax_stable"),
              10, {"softmax_stable": {"passed"}, "context_vectors": {"passed"}}),

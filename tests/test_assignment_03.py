@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+import nbformat
 import pytest
 
 import notebook_tools as tools
@@ -40,6 +41,32 @@ INVERTED_MASK_ATTENTION = '''def my_attention(q, k, v, attn_mask=None):
 '''
 
 
+# The library reached without its name in the answer's text: caught by what ran in the sandbox.
+SDPA_BY_GETATTR = '''def my_attention(q, k, v, attn_mask=None):
+    return getattr(F, "scaled_dot_" + "product_attention")(q, k, v, attn_mask=attn_mask)
+'''
+LIBRARY_HELPER = '''def run_library(layer, x, mask):
+    blocked = ~mask if mask is not None and mask.dtype == torch.bool else mask
+    return layer(x, x, x, attn_mask=blocked, need_weights=False)[0]
+'''
+
+
+def library_through_a_helper(source_nb):
+    """The solution, whose MultiheadedSelfAttention keeps the layer it loads from and runs it
+    through ``run_library``, a function of an ordinary cell above the answer."""
+    nb = tools.read(source_nb)
+    source = tools.cell_by_grade_id(nb, "multiheaded_self_attention").source
+    start = source.index("        batch, seq, _ = input.shape")
+    end = source.index("        ### END SOLUTION", start)
+    source = source[:start] + "        return run_library(self.library, input, attn_mask)\n" + source[end:]
+    source = source.replace("        w_q, w_k, w_v = mha.in_proj_weight", "        self.library = mha\n"
+                            "        w_q, w_k, w_v = mha.in_proj_weight")
+    nb = tools.replace_solution(nb, "multiheaded_self_attention", source)
+    answer = nb.cells.index(tools.cell_by_grade_id(nb, "multiheaded_self_attention"))
+    nb.cells.insert(answer, nbformat.v4.new_code_cell(LIBRARY_HELPER))
+    return nb
+
+
 def wrong_norm_order(source_nb) -> str:
     """The solution's decoder layer with the two LayerNorm orders swapped."""
     source = tools.cell_by_grade_id(source_nb, "transformer_decoder_layer").source
@@ -58,7 +85,9 @@ def reports(source_nb, tmp_path_factory):
     forbidden = tools.replace_solution(forbidden, "transformer_decoder_layer", wrong_norm_order(source_nb))
     submissions = {"solution": source_nb, "library_call": forbidden,
                    "inverted_mask": tools.replace_solution(source_nb, "my_attention", INVERTED_MASK_ATTENTION),
-                   "blank": tools.read(RELEASE_DIR / NOTEBOOK)}
+                   "blank": tools.read(RELEASE_DIR / NOTEBOOK),
+                   "sdpa_by_getattr": tools.replace_solution(source_nb, "my_attention", SDPA_BY_GETATTR),
+                   "library_by_helper": library_through_a_helper(source_nb)}
     graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
     return {student: {item["grade_id"]: item for item in report["items"]} | {"_report": report}
             for student, report in graded.items()}
@@ -206,6 +235,23 @@ def test_library_call_is_forbidden_and_named(reports):
     # The rest of the notebook is still graded on its own merits.
     assert reports["library_call"]["self_attention_head"]["status"] == "passed"
     assert reports["library_call"]["multiheaded_self_attention"]["status"] == "passed"
+
+
+def test_library_calls_out_of_the_answers_text_are_found_by_what_ran(reports):
+    """SDPA through a getattr string, and nn.MultiheadAttention run by a helper in another cell:
+    no forbidden name in the answers' text, but the trace of what ran in the sandbox holds them.
+    Each costs only the item whose answer made the call: the classes that reuse my_attention
+    keep their points."""
+    by_getattr = reports["sdpa_by_getattr"]
+    assert (by_getattr["my_attention"]["status"], by_getattr["my_attention"]["score"]) == ("forbidden", 0)
+    assert "ran scaled_dot_product_attention" in by_getattr["my_attention"]["message"]
+    assert by_getattr["_report"]["total"] == 10 - POINTS["my_attention"], by_getattr["_report"]["items"]
+    by_helper = reports["library_by_helper"]
+    item = by_helper["multiheaded_self_attention"]
+    assert (item["status"], item["score"]) == ("forbidden", 0) and "multi_head_attention_forward" in item["message"]
+    assert by_helper["_report"]["total"] == 10 - POINTS["multiheaded_self_attention"], by_helper["_report"]["items"]
+    for report in (by_getattr, by_helper):
+        assert any("Forbidden call" in flag for flag in report["_report"]["flags"]), report["_report"]["flags"]
 
 
 def test_wrong_norm_order_fails_the_decoder_layer(reports):

@@ -47,6 +47,16 @@ def test_every_case_gets_the_grade_it_must_get(graded_class):
     assert not problems, "\n".join(problems)
 
 
+def test_forbidden_calls_out_of_the_answers_text_are_flagged(graded_class):
+    """The library softmax reached through a getattr string, torch.ops.aten or a helper cell: the
+    trace of what ran makes softmax_stable ``forbidden`` (checked with every case above) and flags
+    the submission for a TA."""
+    root, _, _ = graded_class
+    for student in ("fbd_getattr", "fbd_ops", "fbd_helper"):
+        flags = report(root, student)["flags"]
+        assert any(flag.endswith("ran softmax (seen in what ran, not in its text).") for flag in flags), flags
+
+
 def test_the_batch_carries_on_and_every_student_and_item_is_in_grades_csv(graded_class):
     root, cases, _ = graded_class
     with (root / "reports" / A / "grades.csv").open() as f:

@@ -18,9 +18,12 @@ dropout left on in eval mode) and ``grad.<input or parameter name>``.
 from __future__ import annotations
 
 import contextlib
+import sys
 from types import SimpleNamespace
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # PyTorch's own modules that a student's class may be asked to copy its weights from.
 TORCH_MODULES = {"MultiheadAttention": torch.nn.MultiheadAttention,
@@ -230,6 +233,71 @@ def raised_exception(cls, init: dict) -> str | None:
 PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_function,
                                               probe_transfer, probe_factory, parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
+
+
+MAX_TRACED_STACKS = 20
+"""Distinct stacks kept per watched name: enough to tell who called it."""
+
+
+class _Watch:
+    """What both modes share: the watched names, and for each one seen, the notebook cells that
+    were on the Python stack when it ran (innermost first), as ``cell_of`` names them."""
+
+    def __init__(self, names: frozenset[str], cell_of):
+        self.names, self.cell_of = names, cell_of
+        self.seen: dict[str, set[tuple[int, ...]]] = {}
+
+    def note(self, name: str) -> None:
+        if name not in self.names:
+            return
+        stacks = self.seen.setdefault(name, set())
+        if len(stacks) >= MAX_TRACED_STACKS:
+            return
+        cells, frame = [], sys._getframe(2)
+        while frame is not None:
+            cell = self.cell_of(frame.f_code.co_filename)
+            if cell is not None and cell not in cells:
+                cells.append(cell)
+            frame = frame.f_back
+        stacks.add(tuple(cells))
+
+
+class _FunctionNames(TorchFunctionMode):
+    """Sees every torch function called (``softmax``, ``scaled_dot_product_attention``,
+    ``multi_head_attention_forward``), whichever Python name or route reached it."""
+
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.watch.note(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+class _OperatorNames(TorchDispatchMode):
+    """Sees every ATen operator that runs (``aten::_softmax``), forward and backward."""
+
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.watch.note(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def trace_calls(names, cell_of):
+    """Watches the torch functions and ATen operators (``aten::<name>``) of ``names`` while the
+    block runs, and yields ``{name: {cells on the stack, innermost first}}`` for those that ran;
+    ``cell_of(filename)`` tells which notebook cell a code object's file is, or None. What runs
+    is judged this way, not by the names an answer's text mentions, so ``getattr(F,
+    "scaled_dot_" + "product_attention")``, ``torch.ops.aten`` and a helper defined in another
+    cell are all seen, and the cell that made the call is known."""
+    watch = _Watch(frozenset(names), cell_of)
+    with _FunctionNames(watch), _OperatorNames(watch):
+        yield watch.seen
 
 
 def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -1,0 +1,48 @@
+"""What an item forbids (the library function its exercise asks students to write), found twice.
+
+Before anything runs, in the answer's text: :func:`found_in_text`, preflight's early, named
+message. While the answer is checked, in what ran: :func:`found_in_trace` reads the names that
+:func:`transformer_lm.sandboxed.probes.trace_calls` recorded in the sandbox (torch functions by
+name and ATen operators), so a call reached through ``getattr`` strings, ``torch.ops.aten`` or a
+helper in another cell is found too. Both run in the trusted process.
+"""
+
+from __future__ import annotations
+
+
+def forbidden_name(path: str) -> str:
+    """The name an answer must not use for a forbidden dotted path
+    (``torch.nn.MultiheadAttention.forward`` forbids ``MultiheadAttention``)."""
+    parts = path.split(".")
+    return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
+
+
+def found_in_text(forbids: tuple[str, ...], mentioned: set[str]) -> list[str]:
+    """The forbidden names among the names an answer's code mentions."""
+    return sorted({forbidden_name(path) for path in forbids} & mentioned)
+
+
+def runtime_names(forbids: tuple[str, ...]) -> dict[str, str]:
+    """The torch function and ATen operator names a forbidden call runs under, each with its
+    forbidden name: ``softmax`` runs as ``softmax`` (or ``_softmax`` through ``torch.ops``) and
+    as ``aten::_softmax``; ``scaled_dot_product_attention`` keeps its name whichever route
+    reached it; ``nn.MultiheadAttention`` runs ``multi_head_attention_forward``."""
+    return {runtime: name for name in (forbidden_name(path) for path in forbids)
+            for runtime in (name, f"_{name}", f"aten::{name}", f"aten::_{name}")}
+
+
+def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]]], own_cell: int | None,
+                   answer_cells: set[int]) -> list[str]:
+    """The forbidden names that this item's answer ran while it was checked. ``ran`` gives, for
+    each watched name that ran, the notebook cells on the stack (innermost first). A call belongs
+    to the innermost answer cell on its stack: one made inside another item's answer (a
+    ``my_attention`` that an attention class reuses) is that item's to lose, not this one's; one
+    made in a helper cell, or in this item's own answer, is this item's."""
+    names = runtime_names(forbids)
+    used = set()
+    for runtime, stacks in ran.items():
+        for stack in stacks:
+            owner = next((cell for cell in stack if cell in answer_cells), None)
+            if runtime in names and owner in (None, own_cell):
+                used.add(names[runtime])
+    return sorted(used)
