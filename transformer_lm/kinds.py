@@ -112,6 +112,19 @@ def _reference_forward(case: AttentionCase, weights: AttentionWeights, x: torch.
     return att.output, att.weights
 
 
+def _mistake_candidates(case: AttentionCase, tensors: CaseTensors) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """The output each mistake this case can reveal gives on its tensors (dropout left on shows
+    by two calls giving two outputs, not here)."""
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(case.features) and mistake.name != "dropout_in_eval":
+            with torch.no_grad():
+                out, _ = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+                                                             attn_mask=tensors.mask, causal=case.causal)
+            candidates[mistake] = {"output": out}
+    return candidates
+
+
 def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
     """The expected record, and each revealable mistake's record, for one case.
 
@@ -130,21 +143,13 @@ def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTenso
     grads = weights.map(lambda t: t.grad)
     expected.update({f"grad.{name}": g for name, g in api.state(grads, case).items()})
 
-    candidates = {}
-    for mistake in catalog.CATALOG:
-        if mistake.visible_in(case.features) and mistake.name != "dropout_in_eval":
-            with torch.no_grad():
-                out, _ = catalog.flawed_multi_head_attention(
-                    tensors.x, tensors.weights, case.num_heads, mistake.flaws,
-                    attn_mask=tensors.mask, causal=case.causal)
-            candidates[mistake] = {"output": out}
-
+    candidates = _mistake_candidates(case, tensors)
     inputs = {"x": tensors.x}
     if api.mask_arg is not None and tensors.mask is not None:
         inputs[api.mask_arg] = tensors.mask
     arguments = {"init": api.init(case), "state": api.state(tensors.weights, case), "inputs": inputs,
                  "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output,
-                 "repeat": case.dropout > 0}
+                 "repeat": True}  # a second call in eval mode shows dropout left on, whatever the case's rate
     return arguments, expected, candidates
 
 
@@ -175,6 +180,22 @@ def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catal
     return candidates
 
 
+def softmax_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """The catalogued mistake of a softmax function of one tensor: normalising over the first
+    dimension instead of the last."""
+    x = next(iter(inputs.values()))
+    return {catalog.BY_NAME["softmax_wrong_dim"]: {"output": torch.softmax(x, dim=0)}}
+
+
+def context_vector_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """The catalogued mistake of weightless attention ``softmax(x @ x.T) @ x`` (no scaling): the
+    softmax over the queries instead of the keys."""
+    x = next(iter(inputs.values()))
+    with torch.no_grad():
+        output, _ = catalog.flawed_attention(x, x, x, None, catalog.Flaws(scale="none", softmax_dim=0))
+    return {catalog.BY_NAME["softmax_wrong_dim"]: {"output": output}}
+
+
 def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
     """Arguments for :func:`probes.probe_transfer` and the expected record: after the transfer,
     the target computes what the reference computes with the source's weights."""
@@ -187,7 +208,8 @@ def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: A
 
 def multihead_load_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
     """For a class whose ``load_from_torch`` copies an ``nn.MultiheadAttention``: the probe's
-    arguments and the expected record (the reference with the same weights)."""
+    arguments, the expected record (the reference with the same weights) and each revealable
+    mistake's record."""
     x = tensors.x.clone().requires_grad_(True)
     output, _ = _reference_forward(case, tensors.weights, x, tensors.mask)
     output.backward(tensors.grad_output)
@@ -197,13 +219,14 @@ def multihead_load_records(api: AttentionAPI, case: AttentionCase, tensors: Case
     arguments = {"init": api.init(case), "torch_module": "MultiheadAttention",
                  "torch_init": {"embed_dim": case.d_out, "num_heads": case.num_heads, "batch_first": True},
                  "torch_state": adapters.multihead_attention_state(tensors.weights), "inputs": inputs,
-                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output}
-    return arguments, {"output": output.detach(), "grad.x": x.grad}
+                 "call_kwargs": api.call_kwargs(case), "grad_output": tensors.grad_output, "repeat": True}
+    return arguments, {"output": output.detach(), "grad.x": x.grad}, _mistake_candidates(case, tensors)
 
 
 def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator):
     """For a decoder layer whose ``load_from_torch`` copies an ``nn.TransformerEncoderLayer``
-    (run with a causal mask): the probe's arguments and the expected record."""
+    (run with a causal mask): the probe's arguments, the expected record and the record of each
+    attention mistake the block can reveal (:func:`transformer_lm.mistakes.flawed_block`)."""
     block = randomize(reference.Block(case.config()), generator).eval()
     x = torch.randn(case.batch, case.seq, case.model_dim, generator=generator)
     grad_output = torch.randn(x.shape, generator=generator)
@@ -214,8 +237,14 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
                   "dropout": 0.0, "batch_first": True, "norm_first": case.norm_first, "activation": case.activation}
     state = {k: v.detach().clone() for k, v in adapters.encoder_layer_state(block).items()}
     arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
-                 "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output}
-    return arguments, {"output": output.detach(), "grad.x": leaf.grad}
+                 "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output, "repeat": True}
+    features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set())
+    candidates = {}
+    for mistake in catalog.CATALOG:
+        if mistake.visible_in(features) and mistake.name != "dropout_in_eval":
+            with torch.no_grad():
+                candidates[mistake] = {"output": catalog.flawed_block(block, x, mistake.flaws)}
+    return arguments, {"output": output.detach(), "grad.x": leaf.grad}, candidates
 
 
 def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator):
@@ -386,9 +415,9 @@ class MultiheadLoadCheck:
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         tensors = make_case_tensors(self.case, generator)
-        arguments, expected = multihead_load_records(self.api, self.case, tensors)
+        arguments, expected, candidates = multihead_load_records(self.api, self.case, tensors)
         return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
-                        _judge_record(expected))
+                        _judge_record(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -401,9 +430,9 @@ class DecoderLoadCheck:
     case: BlockCase
 
     def prepare(self, generator: torch.Generator) -> Prepared:
-        arguments, expected = decoder_load_records(self.init, self.case, generator)
+        arguments, expected, candidates = decoder_load_records(self.init, self.case, generator)
         return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
-                        _judge_record(expected))
+                        _judge_record(expected, candidates))
 
 
 @dataclass(frozen=True)

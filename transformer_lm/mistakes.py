@@ -174,3 +174,26 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
     if weights.w_out is not None and not flaws.skip_output_projection:
         out = F.linear(out, weights.w_out, weights.b_out)
     return out, probs
+
+
+class _FlawedAttention(torch.nn.Module):
+    """Stands in for a reference block's attention: the same weights, through the flawed twin."""
+
+    def __init__(self, attention: reference.MultiHeadSelfAttention, flaws: Flaws):
+        super().__init__()
+        self.weights, self.heads, self.flaws = attention.attention_weights(), attention.n_head, flaws
+
+    def forward(self, x, past=None):
+        output, _ = flawed_multi_head_attention(x, self.weights, self.heads, self.flaws, causal=True)
+        return reference.Attention(output, None, None, None)
+
+
+def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch.Tensor:
+    """A decoder block as a student might write it: the reference block's own forward, with its
+    causal attention made by :func:`flawed_multi_head_attention` with ``flaws``."""
+    attention = block.attn
+    block.attn = _FlawedAttention(attention, flaws)
+    try:
+        return block(x)[0]
+    finally:
+        block.attn = attention

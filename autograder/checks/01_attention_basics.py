@@ -10,7 +10,8 @@ import torch
 from autograder.spec import Item
 from transformer_lm import adapters
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import AttentionCheck, FactoryCheck, FunctionCheck, RaisesCheck, TransferCheck
+from transformer_lm.kinds import (AttentionCheck, FactoryCheck, FunctionCheck, RaisesCheck, TransferCheck,
+                                  context_vector_candidates, softmax_candidates)
 from transformer_lm.judging import Verdict
 
 SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
@@ -36,15 +37,16 @@ def two_dimensional(record) -> Verdict:
 ITEMS = [
     Item("softmax_stable", 1, (
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                      lambda g: scores_vectors(g, 4, 9)),
+                      lambda g: scores_vectors(g, 4, 9), candidates=softmax_candidates),
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                      lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False),  # naive exp overflows here
+                      lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False,  # naive exp overflows here
+                      candidates=softmax_candidates),
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
                       lambda g: {"x": torch.randn(7, generator=g)}),
     ), forbids=SOFTMAX),
     Item("context_vectors", 1, (
         FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
-                      lambda g: scores_vectors(g, 8, 5)),
+                      lambda g: scores_vectors(g, 8, 5), candidates=context_vector_candidates),
         FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
                       lambda g: scores_vectors(g, 1, 4)),
     ), forbids=LIBRARY_ATTENTION),

@@ -127,7 +127,7 @@ def probe_module(cls, init: dict, state: dict[str, torch.Tensor], inputs: dict[s
 
 def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, torch_state: dict[str, torch.Tensor],
                           inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
-                          grad_output: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                          grad_output: torch.Tensor | None = None, repeat: bool = False) -> dict[str, torch.Tensor]:
     """Builds PyTorch's ``torch_module`` with ``torch_state``, lets the student's
     ``cls(**init).load_from_torch(it)`` copy its weights, and records the student's module
     in eval mode (output and input gradients: its parameter names are the student's own)."""
@@ -141,7 +141,7 @@ def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, 
     with torch.no_grad():
         module.load_from_torch(theirs)
     module.eval()
-    return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, {}, grad_output, repeat=False)
+    return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, {}, grad_output, repeat)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,282 @@
+"""``autograder audit <assignment>``: the grader measures its own hidden checks, item by item.
+
+Each assignment keeps a bank beside its hidden checks, ``<checks_dir>/audit/<assignment>.py``,
+with two functions of ``answer(grade_id, (old, new), ...)``, which gives the solution's answer
+cell with each ``old`` text replaced by ``new`` (each must occur exactly once, so that a bank
+never silently drifts from the solution):
+
+* ``mutants(answer)``: for an item, answers that each make one catalogued mistake
+  (:mod:`transformer_lm.mistakes`), by the mistake's name;
+* ``alternatives(answer)``: for an item, correct answers written another way (einsum for
+  matmul, loops, ``reshape`` for ``view``, another fill than ``-inf``, ...), by a short label;
+
+and ``KNOWN_GAPS``, ``{(grade_id, name or label): why}``, for what the checks do not yet catch,
+name or keep, so that an exception is written down where it is made.
+
+Every bank answer is put into the solution notebook, in place of that item's answer cell, and
+the whole bank is graded as one class through the real pipeline (preflight, warm sandboxes,
+trusted comparison), with the course's own secret. Per item the audit counts the mutants that
+lose the item's points (caught) and whose feedback names their mistake (named), the alternatives
+that keep the points, and how many other items a mutant cost too (one mistake should cost once).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from autograder import pipeline  # noqa: E402
+from autograder.errors import GradingError  # noqa: E402
+from autograder.grading import Assignment, Course, ItemResult, grade_class  # noqa: E402
+from transformer_lm import mistakes  # noqa: E402
+
+
+@dataclass
+class Bank:
+    """An assignment's audit bank: item -> {mistake name: answer}, item -> [(label, answer)], and
+    the known gaps."""
+
+    mutants: dict[str, dict[str, str]]
+    alternatives: dict[str, list[tuple[str, str]]]
+    known_gaps: dict[tuple[str, str], str]
+
+
+@dataclass
+class Case:
+    """One bank answer, graded: what it is, and the item results of its submission."""
+
+    kind: str  # "mutant" or "alternative"
+    grade_id: str
+    label: str  # the mistake's name, or the alternative's label
+    items: dict[str, ItemResult] = field(default_factory=dict)
+
+    @property
+    def item(self) -> ItemResult:
+        return self.items[self.grade_id]
+
+    @property
+    def lost_points(self) -> bool:
+        return self.item.score < self.item.max_score
+
+    @property
+    def named(self) -> bool:
+        return self.item.mistake == mistakes.BY_NAME[self.label].title
+
+    @property
+    def collateral(self) -> list[str]:
+        """Other items that lost points in this submission."""
+        return [gid for gid, item in self.items.items() if gid != self.grade_id and item.score < item.max_score]
+
+
+@dataclass
+class ItemAudit:
+    """The audit of one item."""
+
+    grade_id: str
+    mutants: list[Case]
+    alternatives: list[Case]
+
+    @property
+    def caught(self) -> int:
+        return sum(case.lost_points for case in self.mutants)
+
+    @property
+    def named(self) -> int:
+        return sum(case.lost_points and case.named for case in self.mutants)
+
+    @property
+    def kept(self) -> int:
+        return sum(not case.lost_points for case in self.alternatives)
+
+
+def answer_editor(solution: dict) -> Callable[..., str]:
+    """``answer(grade_id, (old, new), ...)`` over the answer cells of ``solution``."""
+    answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in solution["cells"]
+               if c["metadata"].get("nbgrader", {}).get("solution")}
+
+    def answer(grade_id: str, *replacements: tuple[str, str]) -> str:
+        text = answers[grade_id]
+        for old, new in replacements:
+            if text.count(old) != 1:
+                raise GradingError(f"The audit bank replaces {old!r} in {grade_id}, which holds it "
+                                   f"{text.count(old)} times; it must hold it once.")
+            text = text.replace(old, new)
+        return text
+    return answer
+
+
+def load_bank(course: Course, assignment: str, solution: dict) -> Bank:
+    """The bank of ``assignment``, from the course folder, built on ``solution``; its mistake
+    names must be catalogued."""
+    path = course.checks_file(assignment).parent / "audit" / f"{assignment}.py"
+    if not path.exists():
+        raise GradingError(f"No audit bank for {assignment!r}: expected {path}, with MUTANTS and ALTERNATIVES.")
+    spec = importlib.util.spec_from_file_location(f"autograder.audit_bank_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    answer = answer_editor(solution)
+    bank = Bank(module.mutants(answer), module.alternatives(answer), getattr(module, "KNOWN_GAPS", {}))
+    unknown = sorted({name for by_name in bank.mutants.values() for name in by_name} - set(mistakes.BY_NAME))
+    if unknown:
+        raise GradingError(f"{path} names mistakes that are not in the catalogue: {unknown}")
+    return bank
+
+
+def solution_of(course: Course, assignment: str) -> tuple[str, dict]:
+    """The assignment's one solution notebook: its file name and contents."""
+    [path] = sorted((course.root / "source" / assignment).glob("*.ipynb"))
+    return path.name, json.loads(path.read_text())
+
+
+def _with_answer(notebook: dict, answer_id: str, source: str) -> dict:
+    """``notebook`` with the source of answer cell ``answer_id`` replaced."""
+    copy = json.loads(json.dumps(notebook))
+    cells = [c for c in copy["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == answer_id]
+    if len(cells) != 1:
+        raise GradingError(f"The solution has no answer cell {answer_id!r}.")
+    cells[0]["source"] = source
+    return copy
+
+
+def _scratch_course(course: Course, assignment: str, root: Path) -> Course:
+    """A course folder of the audit's own, with the course's config, release, hidden checks and
+    secret, so that the audit grades as the course does and writes nothing into it."""
+    shutil.copy2(course.root / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(course.root / "release" / assignment, root / "release" / assignment)
+    checks = course.checks_file(assignment)
+    target = root / checks.relative_to(course.root)
+    target.parent.mkdir(parents=True)
+    shutil.copy2(checks, target)
+    (root / ".grading").mkdir()
+    (root / ".grading" / "secret").write_bytes(course.secret())
+    return Course(root, course.settings)
+
+
+def run(course: Course, assignment: str, progress: Callable[[str], None] | None = None,
+        announce: Callable[[str, int], None] | None = None) -> tuple[list[ItemAudit], list[Problem]]:
+    """Grades the bank of ``assignment``; returns the audit of each item, in item order, and
+    the problems found."""
+    name, solution = solution_of(course, assignment)
+    bank = load_bank(course, assignment, solution)
+    prepared = Assignment.load(course, assignment)
+    answers = {item.grade_id: item.answer_id for items in prepared.items.values() for item in items}
+    cases: dict[str, Case] = {}
+    with tempfile.TemporaryDirectory(prefix="autograder-audit-") as scratch:
+        audit_course = _scratch_course(course, assignment, Path(scratch))
+        for kind, entries in (("mutant", {g: list(m.items()) for g, m in bank.mutants.items()}),
+                              ("alternative", bank.alternatives)):
+            for grade_id, labelled in entries.items():
+                if grade_id not in answers:
+                    raise GradingError(f"The audit bank of {assignment} names an item it does not have: {grade_id}")
+                for number, (label, source) in enumerate(labelled):
+                    student = f"{kind[:3]}-{grade_id}-{number:02d}"
+                    folder = audit_course.submission_folder(assignment, student)
+                    folder.mkdir(parents=True)
+                    (folder / name).write_text(json.dumps(_with_answer(solution, answers[grade_id], source)))
+                    cases[student] = Case(kind, grade_id, label)
+        isolation = pipeline.isolation_for(audit_course)
+        if announce:
+            announce(f"Isolation: {isolation.name}", len(cases))
+        graded = grade_class(audit_course, Assignment.load(audit_course, assignment), sorted(cases),
+                                      isolation, progress)
+    for result, _ in graded:
+        cases[result.student].items = {item.grade_id: item for item in result.items}
+    audits = [ItemAudit(grade_id, [c for c in cases.values() if c.grade_id == grade_id and c.kind == "mutant"],
+                        [c for c in cases.values() if c.grade_id == grade_id and c.kind == "alternative"])
+              for grade_id in answers]
+    return audits, problems(audits, bank.known_gaps)
+
+
+def _ratio(good: int, total: int) -> str:
+    return f"{good}/{total} ({100 * good / total:.0f}%)" if total else "none"
+
+
+def table(audits: list[ItemAudit]) -> str:
+    """The audit as a markdown table, a row per item and one for the whole assignment."""
+    rows = ["| item | mutants caught | mutants named | alternatives kept | mutants that cost other items |",
+            "|---|---|---|---|---|"]
+    for audit in audits:
+        collateral = sum(bool(case.collateral) for case in audit.mutants)
+        rows.append(f"| `{audit.grade_id}` | {_ratio(audit.caught, len(audit.mutants))} | "
+                    f"{_ratio(audit.named, len(audit.mutants))} | {_ratio(audit.kept, len(audit.alternatives))} | "
+                    f"{collateral} |")
+    mutants = [case for audit in audits for case in audit.mutants]
+    alternatives = [case for audit in audits for case in audit.alternatives]
+    rows.append(f"| **all** | {_ratio(sum(c.lost_points for c in mutants), len(mutants))} | "
+                f"{_ratio(sum(c.lost_points and c.named for c in mutants), len(mutants))} | "
+                f"{_ratio(sum(not c.lost_points for c in alternatives), len(alternatives))} | "
+                f"{sum(bool(c.collateral) for c in mutants)} |")
+    return "\n".join(rows)
+
+
+@dataclass
+class Problem:
+    """A mutant not caught or not named, or a correct alternative that lost points; ``known``
+    holds why, where the bank lists it as a known gap."""
+
+    grade_id: str
+    label: str
+    text: str
+    known: str = ""
+
+
+def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) -> list[Problem]:
+    """Every mutant not caught or not named, and every correct alternative that lost points,
+    with what the grader said."""
+    found = []
+    for audit in audits:
+        for case in audit.mutants:
+            if not case.lost_points:
+                text = f"the mutant {case.label} kept its points ({case.item.message[:200]})"
+            elif not case.named:
+                text = (f"the mutant {case.label} lost its points but was named {case.item.mistake!r} "
+                        f"({case.item.status}: {case.item.message[:200]})")
+            else:
+                continue
+            found.append(Problem(audit.grade_id, case.label, text, known_gaps.get((audit.grade_id, case.label), "")))
+        for case in audit.alternatives:
+            if case.lost_points:
+                text = (f"the correct alternative {case.label!r} lost its points "
+                        f"({case.item.status}: {case.item.message[:200]})")
+                found.append(Problem(audit.grade_id, case.label, text,
+                                     known_gaps.get((audit.grade_id, case.label), "")))
+    return found
+
+
+def write(course: Course, assignment: str, audits: list[ItemAudit], found: list[Problem]) -> dict[str, Path]:
+    """``reports/<assignment>/audit.md`` (the table, then every problem) and ``audit.png``."""
+    folder = course.reports(assignment)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"- `{p.grade_id}`: {p.text}" + (f" Known gap: {p.known}" if p.known else "") for p in found]
+    text = (f"# Audit of the hidden checks of {assignment}\n\n{table(audits)}\n\n"
+            + ("## Problems\n\n" + "\n".join(lines) if lines else "No problems.") + "\n")
+    (folder / "audit.md").write_text(text)
+    figure, axes = plt.subplots(figsize=(8, 0.45 * len(audits) + 1.2))
+    names = [audit.grade_id for audit in audits][::-1]
+    for offset, (label, values) in enumerate((
+            ("mutants named", [audit.named / len(audit.mutants) if audit.mutants else 1 for audit in audits]),
+            ("alternatives kept", [audit.kept / len(audit.alternatives) if audit.alternatives else 1
+                                   for audit in audits]))):
+        axes.barh([i + 0.4 * offset for i in range(len(names))], [100 * v for v in values][::-1], height=0.4,
+                  label=label)
+    axes.set_yticks([i + 0.2 for i in range(len(names))], names)
+    axes.set_xlim(0, 100)
+    axes.set_xlabel("% of the item's bank")
+    axes.legend(loc="lower right")
+    axes.set_title(f"Audit of {assignment}: sensitivity and specificity per item")
+    figure.tight_layout()
+    figure.savefig(folder / "audit.png", dpi=100)
+    plt.close(figure)
+    return {"audit": folder / "audit.md", "figure": folder / "audit.png"}
