@@ -35,6 +35,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from autograder import pipeline  # noqa: E402
 from autograder.errors import GradingError  # noqa: E402
@@ -263,18 +264,22 @@ def write(course: Course, assignment: str, audits: list[ItemAudit], found: list[
     text = (f"# Audit of the hidden checks of {assignment}\n\n{table(audits)}\n\n"
             + ("## Problems\n\n" + "\n".join(lines) if lines else "No problems.") + "\n")
     (folder / "audit.md").write_text(text)
-    figure, axes = plt.subplots(figsize=(8, 0.45 * len(audits) + 1.2))
-    names = [audit.grade_id for audit in audits][::-1]
-    for offset, (label, values) in enumerate((
-            ("mutants named", [audit.named / len(audit.mutants) if audit.mutants else 1 for audit in audits]),
-            ("alternatives kept", [audit.kept / len(audit.alternatives) if audit.alternatives else 1
-                                   for audit in audits]))):
-        axes.barh([i + 0.4 * offset for i in range(len(names))], [100 * v for v in values][::-1], height=0.4,
-                  label=label)
-    axes.set_yticks([i + 0.2 for i in range(len(names))], names)
+    figure, axes = plt.subplots(figsize=(8, 0.45 * len(audits) + 1.6))
+    rows = range(len(audits))[::-1]  # the first item on top
+    for offset, (what, part) in enumerate((("mutants", lambda a: (a.named, len(a.mutants))),
+                                           ("alternatives", lambda a: (a.kept, len(a.alternatives))))):
+        for row, audit in zip(rows, audits):
+            good, total = part(audit)
+            y = row + 0.4 * (1 - offset)
+            if total:
+                axes.barh(y, 100 * good / total, height=0.4, color=f"C{offset}")
+            else:
+                axes.text(1, y, f"no {what}", va="center", fontsize=8, color="0.4")
+    axes.set_yticks([row + 0.2 for row in rows], [audit.grade_id for audit in audits])
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of the item's bank")
-    axes.legend(loc="lower right")
+    legend = [Patch(color="C0", label="mutants caught and named"), Patch(color="C1", label="correct alternatives kept")]
+    axes.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     axes.set_title(f"Audit of {assignment}: sensitivity and specificity per item")
     figure.tight_layout()
     figure.savefig(folder / "audit.png", dpi=100)

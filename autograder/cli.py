@@ -2,10 +2,12 @@
 
     autograder grade ASSIGNMENT [--student ID ...] [--workers N]   grade submitted/ into the gradebook
     autograder grade ASSIGNMENT --shard i/N                         grade one slice of N (0 <= i < N)
+    autograder grade ASSIGNMENT --regrade                           grade again what older hidden checks graded
     autograder merge ASSIGNMENT                                     record the graded slices in the gradebook
     autograder validate NOTEBOOK                                    a student's check before submitting
     autograder feedback ASSIGNMENT                                  feedback pages from the last grading
     autograder report ASSIGNMENT                                    class report (HTML) and LMS exports
+    autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
 
@@ -16,6 +18,7 @@ nbgrader_config.py is), or pass ``--course DIR``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -45,16 +48,24 @@ def course_of(args):
                                       unsafe_no_sandbox=getattr(args, "unsafe_no_sandbox", False) or None))
 
 
-def grade(args) -> int:
-    from autograder import pipeline
-
-    course = course_of(args)
-    with tqdm(desc=f"grading {args.assignment}", unit="submission", file=sys.stderr, disable=None, delay=0.5) as bar:
+@contextlib.contextmanager
+def progress_bar(assignment: str):
+    """The ``progress`` and ``announce`` hooks of a grading run, drawn as a bar on stderr."""
+    with tqdm(desc=f"grading {assignment}", unit="submission", file=sys.stderr, disable=None, delay=0.5) as bar:
         def announce(isolation: str, count: int) -> None:
             print(isolation)
             bar.reset(total=count)
-        grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard,
-                                           progress=lambda student: bar.update(), announce=announce)
+        yield {"progress": lambda student: bar.update(), "announce": announce}
+
+
+def grade(args) -> int:
+    from autograder import pipeline
+
+    if args.regrade:
+        return regrade_command(args)
+    course = course_of(args)
+    with progress_bar(args.assignment) as hooks:
+        grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard, **hooks)
     if not grades.results:
         print(f"No submissions of {args.assignment} in {course.root / 'submitted'}"
               + (f" for shard {args.shard[0]}/{args.shard[1]}." if args.shard else "."))
@@ -64,6 +75,18 @@ def grade(args) -> int:
               f"{course.reports(args.assignment)}. Once every shard is done: autograder merge {args.assignment}")
         return 0
     show(course, grades)
+    return 0
+
+
+def regrade_command(args) -> int:
+    from autograder import pipeline, regrade
+
+    course = course_of(args)
+    with progress_bar(args.assignment) as hooks:
+        grades, outcome = pipeline.regrade(course, args.assignment, args.student, **hooks)
+    if grades.results:
+        show(course, grades)
+    print("\n".join(regrade.summary(args.assignment, outcome)))
     return 0
 
 
@@ -129,6 +152,20 @@ def demo_command(args) -> int:
     return 0
 
 
+def audit_command(args) -> int:
+    from autograder import audit
+
+    course = course_of(args)
+    with progress_bar(f"the audit bank of {args.assignment}") as hooks:
+        audits, found = audit.run(course, args.assignment, **hooks)
+    print(audit.table(audits))
+    for problem in found:
+        print(f"- {problem.grade_id}: {problem.text}" + (f" Known gap: {problem.known}" if problem.known else ""))
+    written = audit.write(course, args.assignment, audits, found)
+    print(f"\nAudit: {written['audit']}\nFigure: {written['figure']}")
+    return 1 if any(not problem.known for problem in found) else 0
+
+
 def k8s_command(args) -> int:
     from autograder import k8s_jobs
     from autograder.errors import GradingError
@@ -159,8 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                "one per core)")
     p.add_argument("--cell-timeout", type=float, help="seconds allowed to each cell and each check (default: "
                                                       "c.Autograder.cell_timeout, 30)")
-    p.add_argument("--shard", type=shard_of, metavar="i/N",
-                   help="grade only slice i of N (0 <= i < N) and leave the gradebook to `autograder merge`")
+    once = p.add_mutually_exclusive_group()
+    once.add_argument("--shard", type=shard_of, metavar="i/N",
+                      help="grade only slice i of N (0 <= i < N) and leave the gradebook to `autograder merge`")
+    once.add_argument("--regrade", action="store_true",
+                      help="grade again only the submissions whose report is from other hidden checks (or missing), "
+                           "and write changes.csv: what changed, item by item")
     course_options(p)
     p.set_defaults(run=grade)
 
@@ -188,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the demo's course folder, emptied first (default: demo-course, here)")
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=demo_command)
+
+    p = sub.add_parser("audit", help="grade the assignment's bank of mistakes and correct alternatives, item by item")
+    p.add_argument("assignment")
+    p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers)")
+    course_options(p)
+    p.set_defaults(run=audit_command)
 
     p = sub.add_parser("k8s", help="print Kubernetes Jobs that grade an assignment in shards, then merge")
     p.add_argument("assignment")

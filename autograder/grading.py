@@ -91,6 +91,7 @@ class SubmissionResult:
     items: list[ItemResult] = field(default_factory=list)
     isolation: str = ""
     unreadable: list[str] = field(default_factory=list)  # notebooks missing or unreadable: nothing to grade by hand
+    checks_version: str = ""  # checks_version() it was graded with; "" in reports from before it was recorded
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -157,11 +158,28 @@ class Course:
         return self.root / self.settings.checks_dir / f"{assignment}.py"
 
 
-def load_items(course: Course, assignment: str) -> list[Item]:
-    """The hidden checks of ``assignment`` (:meth:`Course.checks_file`)."""
+def existing_checks_file(course: Course, assignment: str) -> Path:
+    """:meth:`Course.checks_file`, or an error that says where it was expected."""
     path = course.checks_file(assignment)
     if not path.exists():
         raise GradingError(f"No hidden checks for {assignment!r}: expected {path}.")
+    return path
+
+
+def checks_version(course: Course, assignment: str) -> str:
+    """A short sha256 of what shapes an assignment's grades besides the secret: the hidden checks
+    file and the release notebooks (each file's name and bytes). A report graded under another
+    version is out of date (``autograder grade --regrade``). The grader's own code (the reference,
+    the tolerance policy) is not in it: a change there needs a full grading again."""
+    digest = hashlib.sha256()
+    for path in [existing_checks_file(course, assignment), *course.release_notebooks(assignment).values()]:
+        digest.update(f"{path.name}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def load_items(course: Course, assignment: str) -> list[Item]:
+    """The hidden checks of ``assignment`` (:meth:`Course.checks_file`)."""
+    path = existing_checks_file(course, assignment)
     spec = importlib.util.spec_from_file_location(f"autograder.checks.a_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -186,6 +204,7 @@ class Assignment:
     probe_item: dict[str, str]  # probe id -> grade_id
     points: dict[str, float]  # grade_id -> points
     answers: dict[str, str]  # grade_id -> the answer cell it grades
+    checks_version: str  # checks_version() of the files it was loaded from
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -210,7 +229,7 @@ class Assignment:
                 prepared[pid] = check.prepare(generator_for(secret, name, item.grade_id, index))
                 probe_item[pid] = item.grade_id
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
-                   {i.grade_id: i.answer_id for i in all_items})
+                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name))
 
 
 def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
@@ -310,7 +329,8 @@ def grade_submission(course: Course, assignment: Assignment, student: str,
                      worker: runner.Worker) -> tuple[SubmissionResult, dict[str, Preflight]]:
     """Grades one student's submission; never raises for anything the submission contains."""
     folder = course.submission_folder(assignment.name, student)
-    result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=worker.isolation.name)
+    result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=worker.isolation.name,
+                              checks_version=assignment.checks_version)
     pres = {}
     for notebook in assignment.release:
         path = _find_notebook(folder, notebook, set(assignment.release), result.flags)

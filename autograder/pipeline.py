@@ -16,8 +16,10 @@ from pathlib import Path
 
 from autograder import feedback, record, sandbox
 from autograder.errors import GradingError
-from autograder.grading import Assignment, Course, SubmissionResult, grade_class, load_results, write_report
+from autograder.grading import (Assignment, Course, SubmissionResult, checks_version, grade_class, load_results,
+                                write_report)
 from autograder.preflight import Preflight
+from autograder.regrade import Regrade, compare, out_of_date, write_changes_csv
 
 
 @dataclass
@@ -86,6 +88,24 @@ def grade_and_record(course: Course, assignment: str, students: list[str] | None
     if results and not shard:
         grades.grades_csv = record_class(course, assignment, results)
     return grades
+
+
+def regrade(course: Course, assignment: str, students: list[str] | None = None,
+            progress: Callable[[str], None] | None = None,
+            announce: Callable[[str, int], None] | None = None) -> tuple[ClassGrades, Regrade]:
+    """Grades and records again the submissions (of ``students``, or all) whose report was graded
+    with other hidden checks than the current ones, or has none, and writes ``changes.csv``:
+    the items whose score or status changed. Current reports are left as they are."""
+    version = checks_version(course, assignment)
+    old = {result.student: result for result in load_results(course, assignment)}
+    candidates = students or course.students(assignment)
+    stale = out_of_date(candidates, old, version)
+    if not stale:
+        return ClassGrades(assignment, []), compare(version, candidates, old, [])
+    grades = grade_and_record(course, assignment, stale, progress=progress, announce=announce)
+    outcome = compare(version, candidates, old, grades.results)
+    outcome.changes_csv = write_changes_csv(course.reports(assignment) / "changes.csv", outcome.changes)
+    return grades, outcome
 
 
 def merge(course: Course, assignment: str) -> ClassGrades:

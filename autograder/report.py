@@ -16,6 +16,7 @@ import io
 import json
 import statistics
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -28,11 +29,56 @@ from autograder.record import item_message
 # Gradescope shows a submission's results once the instructor publishes the grades, as
 # nbgrader's release_feedback hands out feedback only when the instructor does.
 GRADESCOPE_VISIBILITY = "after_published"
+# An item whose discrimination is below this tells strong and weak students apart no better
+# than chance, or worse: its check may be suspect.
+SUSPECT_BELOW = 0.1
 
 
 def item_order(results: list[SubmissionResult]) -> list[str]:
     """The items in the order grading listed them (release notebooks, then the hidden checks)."""
     return list(dict.fromkeys(item.grade_id for result in results for item in result.items))
+
+
+@dataclass
+class ItemStats:
+    """How one item behaved across the class. ``discrimination`` is the correlation of the
+    item's score with the rest of each student's total (point-biserial for an item scored 0 or
+    full), None where either has no variance; ``mistakes`` is the share of students whose
+    answer made each named mistake on this item, most frequent first."""
+
+    grade_id: str
+    pass_rate: float
+    discrimination: float | None
+    mistakes: list[tuple[str, float]]
+
+    @property
+    def suspect(self) -> bool:
+        """Near zero or negative: students who pass it do no better on the rest than those who fail it."""
+        return self.discrimination is not None and self.discrimination < SUSPECT_BELOW
+
+
+def item_statistics(results: list[SubmissionResult]) -> list[ItemStats]:
+    """Pass rate, discrimination and named mistakes of each item, over the students graded on it,
+    so that a check that fails good students (or passes weak ones) stands out."""
+    stats = []
+    for grade_id in item_order(results):
+        graded = [(r.total, i) for r in results for i in r.items if i.grade_id == grade_id]
+        n = len(graded)
+        try:
+            discrimination = statistics.correlation([i.score for _, i in graded],
+                                                    [total - i.score for total, i in graded])
+        except statistics.StatisticsError:  # a constant side (or fewer than two students): undefined
+            discrimination = None
+        mistakes = Counter(i.mistake for _, i in graded if i.mistake).most_common()
+        stats.append(ItemStats(grade_id, sum(i.status == "passed" for _, i in graded) / n, discrimination,
+                               [(mistake, count / n) for mistake, count in mistakes]))
+    return stats
+
+
+def checks_versions(results: list[SubmissionResult]) -> list[tuple[str, int]]:
+    """The versions of the hidden checks the results were graded with, and how many each,
+    most frequent first ("" for reports from before versions were recorded)."""
+    return Counter(r.checks_version for r in results).most_common()
 
 
 def _png(fig: Figure) -> str:
@@ -70,8 +116,9 @@ def _histogram(totals: list[float], max_total: float) -> str:
 
 
 def render(assignment: str, results: list[SubmissionResult]) -> str:
-    """The instructor's page: headline numbers, score distribution, pass rate per item,
-    named mistakes, how often each status occurs, and flags per student."""
+    """The instructor's page: headline numbers and the hidden checks' version, score distribution,
+    pass rate per item, item statistics, named mistakes, how often each status occurs, and flags
+    per student."""
     n = len(results)
     totals = [r.total for r in results]
     max_total = max(r.max_total for r in results)
@@ -93,10 +140,11 @@ def render(assignment: str, results: list[SubmissionResult]) -> str:
         mistakes_plot=_bars([m for m, _ in mistakes], [c for _, c in mistakes], "items",
                             "How often each named mistake occurs") if mistakes else None,
         statuses=[(s, statuses[s], hit[s]) for s in STATUSES if statuses[s]],
-        flagged=[r for r in results if r.flags])
+        flagged=[r for r in results if r.flags], item_stats=item_statistics(results), suspect_below=SUSPECT_BELOW,
+        versions=checks_versions(results))
 
 
-def _spreadsheet_safe(text: str) -> str:
+def spreadsheet_safe(text: str) -> str:
     """A cell that a spreadsheet opening the export will not run as a formula (a folder name
     such as ``=HYPERLINK(...)`` would otherwise be one)."""
     return "'" + text if text.startswith(("=", "+", "-", "@", "\t", "\r")) else text
@@ -111,7 +159,7 @@ def write_lms_csv(path: Path, results: list[SubmissionResult]) -> Path:
         writer.writerow(["student", "total", "max_total", *order])
         for result in results:
             scores = {i.grade_id: i.score for i in result.items}
-            writer.writerow([_spreadsheet_safe(result.student), f"{result.total:g}", f"{result.max_total:g}",
+            writer.writerow([spreadsheet_safe(result.student), f"{result.total:g}", f"{result.max_total:g}",
                              *(f"{scores[g]:g}" if g in scores else "" for g in order)])
     return path
 

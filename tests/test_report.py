@@ -7,15 +7,19 @@ graded again and the shared course stays as grading left it.
 
 import csv
 import json
+import re
 import shutil
 import statistics
 from collections import Counter
 from html.parser import HTMLParser
 
+import numpy
 import pytest
 
 import hostile_class
 from autograder.cli import main
+from autograder.grading import ItemResult, SubmissionResult
+from autograder.report import item_statistics, render
 
 A = hostile_class.A
 HOSTILE = "=<img src=x onerror=alert(1)>&amp;\"'"  # a folder name: every character a page or a sheet cares about
@@ -140,3 +144,60 @@ def test_without_reports_it_says_to_grade_first(tmp_path, capsys):
     assert main(["report", A, "--course", str(tmp_path)]) == 1
     assert f"run `autograder grade {A}` first" in capsys.readouterr().out
     assert not (tmp_path / "reports" / A / "report.html").exists()
+
+
+def tiny_class(versions=("v1",) * 5):
+    """Five students, four items: a discriminates, b and c run against the rest, everyone passes d."""
+    scores = {"a": [1, 1, 0, 0, 1], "b": [1, 0, 1, 0, 1], "c": [2, 2, 0, 2, 0], "d": [1] * 5}
+    mistakes = {("a", 2): "m2", ("b", 1): "m", ("b", 3): "m"}
+    results = []
+    for s, version in enumerate(versions):
+        items = [ItemResult(g, "nb", scores[g][s], 2 if g == "c" else 1,
+                            "passed" if scores[g][s] else "failed", "message", mistake=mistakes.get((g, s)))
+                 for g in scores]
+        results.append(SubmissionResult(f"s{s}", A, sum(i.score for i in items), 5, items=items,
+                                        checks_version=version))
+    return scores, results
+
+
+def test_item_statistics_match_numbers_by_hand():
+    scores, results = tiny_class()
+    totals = numpy.sum([scores[g] for g in scores], axis=0)
+    stats = {s.grade_id: s for s in item_statistics(results)}
+    for g in "abc":
+        expected = numpy.corrcoef(scores[g], totals - numpy.array(scores[g]))[0, 1]
+        assert stats[g].discrimination == pytest.approx(expected)
+    assert stats["a"].discrimination == pytest.approx(0.327327, abs=1e-6) and not stats["a"].suspect
+    assert stats["b"].suspect and stats["c"].suspect
+    assert stats["d"].discrimination is None and not stats["d"].suspect  # nobody differs: undefined, not suspect
+    assert [stats[g].pass_rate for g in "abcd"] == [0.6, 0.6, 0.6, 1.0]
+    assert (stats["a"].mistakes, stats["b"].mistakes, stats["c"].mistakes) == ([("m2", 0.2)], [("m", 0.4)], [])
+
+
+def test_page_shows_item_statistics_and_marks_suspect_checks():
+    _, results = tiny_class()
+    html = render(A, results)
+    page = Page(html)
+    assert page.tables["item-statistics"] == [
+        ["item", "pass rate", "discrimination", "named mistakes (share of students)"],
+        ["a", "60%", "0.33", "20% m2"], ["b", "60%", "-0.49", "40% m"], ["c", "60%", "-0.33", ""],
+        ["d", "100%", "n/a", ""]]
+    assert re.findall(r'<tr class="suspect"><td>([^<]*)</td>', html) == ["b", "c"]
+    assert "this check may be suspect" in "".join(page.text)
+    assert "All submissions were graded with hidden checks v1." in "".join(page.text)
+
+
+def test_page_says_when_the_class_was_graded_with_different_checks():
+    _, results = tiny_class(("v2", "v2", "v2", "v1", ""))
+    text = " ".join("".join(Page(render(A, results)).text).split())
+    assert ("graded with different versions of the hidden checks: v2 (3 submissions), v1 (1 submission), "
+            f"unrecorded (1 submission). autograder grade {A} --regrade") in text
+
+
+def test_reported_page_has_the_item_statistics_of_its_reports(reported):
+    root, reports = reported
+    page = Page((root / "reports" / A / "report.html").read_text())
+    results = [SubmissionResult.from_json(r) for r in reports.values()]
+    assert [row[:3] for row in page.tables["item-statistics"][1:]] == [
+        [s.grade_id, f"{100 * s.pass_rate:.0f}%", "n/a" if s.discrimination is None else f"{s.discrimination:.2f}"]
+        for s in item_statistics(results)]

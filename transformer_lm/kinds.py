@@ -296,12 +296,13 @@ class AttentionCheck:
     object: str
     api: AttentionAPI
     case: AttentionCase
+    records = staticmethod(attention_records)  # (api, case, tensors) -> arguments, expected, candidates
+    probe = staticmethod(probes.probe_module)
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         tensors = make_case_tensors(self.case, generator)
-        arguments, expected, candidates = attention_records(self.api, self.case, tensors)
-        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, arguments),
-                        _judge_record(expected, candidates))
+        arguments, expected, candidates = self.records(self.api, self.case, tensors)
+        return Prepared(ProbeCall.of(self.probe, {"cls": self.object}, arguments), _judge_record(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -405,19 +406,12 @@ class ParametersCheck:
 
 
 @dataclass(frozen=True)
-class MultiheadLoadCheck:
+class MultiheadLoadCheck(AttentionCheck):
     """The student's class copies an ``nn.MultiheadAttention`` with ``load_from_torch`` and
     must then compute what the reference computes with those weights (mask included)."""
 
-    object: str
-    api: AttentionAPI
-    case: AttentionCase
-
-    def prepare(self, generator: torch.Generator) -> Prepared:
-        tensors = make_case_tensors(self.case, generator)
-        arguments, expected, candidates = multihead_load_records(self.api, self.case, tensors)
-        return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
-                        _judge_record(expected, candidates))
+    records = staticmethod(multihead_load_records)
+    probe = staticmethod(probes.probe_load_from_torch)
 
 
 @dataclass(frozen=True)
@@ -546,10 +540,12 @@ class GenerateCheck:
                                          f"by the new tokens.")
             got = got.long()
             seen = record.get("tokens_per_call")
-            if torch.equal(got, expected) and self.call_kwargs.get("use_cache") and seen is not None and seen.numel() \
-                    and not torch.equal(seen.long(), steps):
-                return Verdict("failed", f"{call} gives the right tokens, but ran the model on {seen.tolist()} tokens "
-                                         f"per step: with the cache it runs on the prompt (at most block_size="
+            if torch.equal(got, expected) and self.call_kwargs.get("use_cache") and \
+                    (seen is None or not torch.equal(seen.long(), steps)):
+                ran = ("never ran the model" if seen is None or not seen.numel()
+                       else f"ran the model on {seen.tolist()} tokens per step")
+                return Verdict("failed", f"{call} gives the right tokens, but {ran}: with the cache it runs on the "
+                                         f"prompt (at most block_size="
                                          f"{cfg.block_size} tokens) first, then on one new token per step until the "
                                          f"cache is full, then starts again: {steps.tolist()}.")
             if torch.equal(got, expected):

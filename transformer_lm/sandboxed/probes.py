@@ -147,19 +147,22 @@ def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, 
 @contextlib.contextmanager
 def tokens_per_call(model: torch.nn.Module):
     """Collects how many tokens per sequence each call of ``model`` runs on: a model used with a
-    KV cache runs on the prompt first, then on one new token per step."""
+    KV cache runs on the prompt first, then on one new token per step. It wraps the model's own
+    ``forward``, so ``model(idx)`` and ``model.forward(idx)`` are both counted."""
     seen: list[int] = []
+    forward = model.forward
 
-    def count(module, args, kwargs):
+    def counted(*args, **kwargs):
         tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
         if tokens is not None:
             seen.append(int(tokens.shape[-1]))
+        return forward(*args, **kwargs)
 
-    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    model.forward = counted
     try:
         yield seen
     finally:
-        hook.remove()
+        del model.forward
 
 
 def probe_generate(cls, init: dict, state: dict[str, torch.Tensor], idx: torch.Tensor, max_new_tokens: int,
