@@ -254,7 +254,10 @@ def serve(plan_path: str, inputs_path: str, out_dir: str, isolated: bool, folder
     libc = ctypes.CDLL(None, use_errno=True)
     isolated = isolated and KEYCTL is not None
     before = {folder: set(os.listdir(folder)) for folder in folders}  # before warming up writes caches
+    environment = dict(os.environ)
     warm_up()
+    os.environ.clear()  # what warming up set (torch's first traced call sets TORCHINDUCTOR_CACHE_DIR) is not the runs'
+    os.environ.update(environment)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     requests = os.fdopen(0, "rb", buffering=0)
     while len(request := requests.readline().decode("ascii", "replace").split()) == 2 and request[0] == "run":

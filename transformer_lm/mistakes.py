@@ -30,7 +30,8 @@ class Flaws:
     softmax_dim: int = -1
     scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width)
     masked_fill: float = float("-inf")
-    hide_diagonal: bool = False
+    causal_diagonal: int = 0  # the last key a causal query may see, counted from itself: -1 hides it, 1 leaks the next
+    mask_after_softmax: bool = False  # masked weights zeroed after the softmax, rows not renormalised
     invert_mask: bool = False
     split_without_transpose: bool = False
     merge_without_transpose: bool = False
@@ -86,7 +87,20 @@ CATALOG: tuple[Mistake, ...] = (
         "mask_hides_diagonal", "the causal mask also hides the current token",
         "A token may attend to itself and to the past, only the future is hidden: block "
         "torch.triu(..., diagonal=1), or keep torch.tril(...) with its diagonal.",
-        Flaws(hide_diagonal=True), frozenset({"causal"}),
+        Flaws(causal_diagonal=-1), frozenset({"causal"}),
+    ),
+    Mistake(
+        "mask_leaks_next_token", "the causal mask lets each token see the next one",
+        "The mask is off by one: block every key after the query. torch.triu(torch.ones(T, T), diagonal=1) "
+        "marks exactly the future; with diagonal=2 each token still sees the token after it.",
+        Flaws(causal_diagonal=1), frozenset({"causal"}),
+    ),
+    Mistake(
+        "mask_after_softmax", "the mask applied after the softmax, without renormalising",
+        "Mask the scores before the softmax (fill them with -inf), so that each row's weights over the "
+        "allowed keys sum to 1. Weights zeroed after the softmax no longer sum to 1, unless each row is "
+        "divided by its new sum.",
+        Flaws(mask_after_softmax=True), frozenset({"mask", "causal"}),
     ),
     Mistake(
         "inverted_mask", "the boolean mask is inverted",
@@ -134,12 +148,16 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
     scale = {"head": 1.0 / math.sqrt(q.shape[-1]), "none": 1.0,
              "model": 1.0 / math.sqrt(model_width or q.shape[-1])}[flaws.scale]
     scores = reference.attention_scores(q, k, scale)
+    allowed = None
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         allowed = ~attn_mask if flaws.invert_mask else attn_mask
-        scores = scores.masked_fill(~allowed, flaws.masked_fill)
+        if not flaws.mask_after_softmax:
+            scores = scores.masked_fill(~allowed, flaws.masked_fill)
     elif attn_mask is not None:
         scores = scores + attn_mask
     weights = torch.softmax(scores, dim=flaws.softmax_dim)
+    if flaws.mask_after_softmax and allowed is not None:
+        weights = weights.masked_fill(~allowed, 0.0)
     if flaws.dropout_in_eval:
         weights = F.dropout(weights, p=flaws.dropout_in_eval, training=True)
     return weights @ v, weights
@@ -167,7 +185,7 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
     allowed = None
     if causal:
         seq = x.shape[-2]
-        allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool), diagonal=-1 if flaws.hide_diagonal else 0)
+        allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool), diagonal=flaws.causal_diagonal)
     mask = reference.combine_masks(attn_mask, allowed)
     out, probs = flawed_attention(q, k, v, mask, flaws, model_width=weights.w_query.shape[0])
     out = merge(out)

@@ -2,6 +2,7 @@
 another way (see autograder/audit.py)."""
 
 SOFTMAX = "torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)"
+MASK_SCORES = 'scores = scores.masked_fill(future, float("-inf"))'
 
 
 def mutants(answer):
@@ -28,6 +29,10 @@ def mutants(answer):
             "mask_filled_with_zero": answer("causal_attention", ('masked_fill(future, float("-inf"))',
                                                                  "masked_fill(future, 0.0)")),
             "mask_hides_diagonal": answer("causal_attention", ("diagonal=1).bool()", "diagonal=0).bool()")),
+            "mask_leaks_next_token": answer("causal_attention", ("diagonal=1).bool()", "diagonal=2).bool()")),
+            "mask_after_softmax": answer("causal_attention", (MASK_SCORES, "scores = scores + 0.0"),
+                                         ("weights = self.dropout(weights)",
+                                          "weights = self.dropout(weights.masked_fill(future, 0.0))")),
             "dropout_in_eval": answer("causal_attention", ("weights = self.dropout(weights)",
                                                            "weights = torch.nn.functional.dropout(weights, 0.5)")),
         },
@@ -41,6 +46,10 @@ def mutants(answer):
             "mask_filled_with_zero": answer("multihead_attention", ('masked_fill(future, float("-inf"))',
                                                                     "masked_fill(future, 0.0)")),
             "mask_hides_diagonal": answer("multihead_attention", ("diagonal=1).bool()", "diagonal=0).bool()")),
+            "mask_leaks_next_token": answer("multihead_attention", ("diagonal=1).bool()", "diagonal=2).bool()")),
+            "mask_after_softmax": answer("multihead_attention", (MASK_SCORES, "scores = scores + 0.0"),
+                                         ("weights = self.dropout(weights)",
+                                          "weights = self.dropout(weights.masked_fill(future, 0.0))")),
             "split_heads_without_transpose": answer(
                 "multihead_attention",
                 ("queries = self.W_query(x).view(split).transpose(1, 2)",

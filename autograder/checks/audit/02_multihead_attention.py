@@ -43,6 +43,10 @@ def mutants(answer):
         "mha_causal_mask": {
             "mask_filled_with_zero": answer(MHA, (FILL, "scores = scores.masked_fill(future, 0.0)")),
             "mask_hides_diagonal": answer(MHA, ("diagonal=1).bool()", "diagonal=0).bool()")),
+            "mask_leaks_next_token": answer(MHA, ("diagonal=1).bool()", "diagonal=2).bool()")),
+            "mask_after_softmax": answer(MHA, (FILL, "scores = scores + 0.0"),
+                                         (SOFTMAX, SOFTMAX + "\n        if self.causal:\n"
+                                                   "            probs = probs.masked_fill(future, 0.0)")),
             # the mask of the keys a query may see (tril), filled where it is True
             "inverted_mask": answer(MHA, (FUTURE, "future = torch.tril(torch.ones(seq, seq, device=scores.device)).bool()")),
         },

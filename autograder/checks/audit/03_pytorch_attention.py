@@ -66,6 +66,9 @@ def mutants(answer):
                                                              "scores = scores.masked_fill(~attn_mask, 0.0)")),
             "inverted_mask": answer("my_attention", (BOOL_FILL,
                                                      'scores = scores.masked_fill(attn_mask, float("-inf"))')),
+            "mask_after_softmax": answer("my_attention", (BOOL_FILL, "scores = scores + 0.0"),
+                                         (SOFTMAX, SOFTMAX + "\n    if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
+                                                   "        weights = weights.masked_fill(~attn_mask, 0.0)")),
         },
         "self_attention_head": {
             "softmax_wrong_dim": answer("self_attention_head", (HEAD_CALL, head_inline(dim="-2"))),
@@ -100,6 +103,8 @@ def mutants(answer):
         "transformer_decoder_layer": {
             "mask_hides_diagonal": answer("transformer_decoder_layer", (
                 CAUSAL, "allowed = torch.ones(seq, seq, dtype=torch.bool, device=input.device).tril(diagonal=-1)")),
+            "mask_leaks_next_token": answer("transformer_decoder_layer", (
+                CAUSAL, "allowed = torch.ones(seq, seq, dtype=torch.bool, device=input.device).tril(diagonal=1)")),
             # nn.TransformerEncoderLayer's convention: True above the diagonal, where a key is blocked
             "inverted_mask": answer("transformer_decoder_layer", (
                 CAUSAL, "allowed = torch.ones(seq, seq, dtype=torch.bool, device=input.device).triu(diagonal=1)")),

@@ -74,6 +74,11 @@ def mutants(answer):
                 ("torch.tril(torch.ones(config.block_size, config.block_size))",
                  "torch.tril(torch.ones(config.block_size, config.block_size), diagonal=-1)")),
             "inverted_mask": attention((FILL, 'att = att.masked_fill(mask == 1, float("-inf"))')),
+            "mask_leaks_next_token": attention(
+                ("torch.tril(torch.ones(config.block_size, config.block_size))",
+                 "torch.tril(torch.ones(config.block_size, config.block_size), diagonal=1)")),
+            "mask_after_softmax": attention((FILL, "att = att + 0.0"),
+                                            (SOFTMAX, SOFTMAX + "\n        att = att.masked_fill(mask == 0, 0.0)")),
             "split_heads_without_transpose": attention(
                 *((line, line.replace("view(B, T, self.n_head, hs).transpose(1, 2)", "view(B, self.n_head, T, hs)"))
                   for line in SPLIT)),
