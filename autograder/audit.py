@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from autograder import pipeline  # noqa: E402
+from autograder.demo import with_answer  # noqa: E402
 from autograder.errors import GradingError  # noqa: E402
 from autograder.grading import Assignment, Course, ItemResult, grade_class  # noqa: E402
 from transformer_lm import mistakes  # noqa: E402
@@ -141,16 +142,6 @@ def solution_of(course: Course, assignment: str) -> tuple[str, dict]:
     return path.name, json.loads(path.read_text())
 
 
-def _with_answer(notebook: dict, answer_id: str, source: str) -> dict:
-    """``notebook`` with the source of answer cell ``answer_id`` replaced."""
-    copy = json.loads(json.dumps(notebook))
-    cells = [c for c in copy["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == answer_id]
-    if len(cells) != 1:
-        raise GradingError(f"The solution has no answer cell {answer_id!r}.")
-    cells[0]["source"] = source
-    return copy
-
-
 def _scratch_course(course: Course, assignment: str, root: Path) -> Course:
     """A course folder of the audit's own, with the course's config, release, hidden checks and
     secret, so that the audit grades as the course does and writes nothing into it."""
@@ -171,11 +162,11 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
     the problems found."""
     name, solution = solution_of(course, assignment)
     bank = load_bank(course, assignment, solution)
-    prepared = Assignment.load(course, assignment)
-    answers = {item.grade_id: item.answer_id for items in prepared.items.values() for item in items}
     cases: dict[str, Case] = {}
     with tempfile.TemporaryDirectory(prefix="autograder-audit-") as scratch:
         audit_course = _scratch_course(course, assignment, Path(scratch))
+        prepared = Assignment.load(audit_course, assignment)
+        answers = {item.grade_id: item.answer_id for items in prepared.items.values() for item in items}
         for kind, entries in (("mutant", {g: list(m.items()) for g, m in bank.mutants.items()}),
                               ("alternative", bank.alternatives)):
             for grade_id, labelled in entries.items():
@@ -185,13 +176,12 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
                     student = f"{kind[:3]}-{grade_id}-{number:02d}"
                     folder = audit_course.submission_folder(assignment, student)
                     folder.mkdir(parents=True)
-                    (folder / name).write_text(json.dumps(_with_answer(solution, answers[grade_id], source)))
+                    (folder / name).write_text(json.dumps(with_answer(solution, answers[grade_id], lambda _: source)))
                     cases[student] = Case(kind, grade_id, label)
         isolation = pipeline.isolation_for(audit_course)
         if announce:
             announce(f"Isolation: {isolation.name}", len(cases))
-        graded = grade_class(audit_course, Assignment.load(audit_course, assignment), sorted(cases),
-                                      isolation, progress)
+        graded = grade_class(audit_course, prepared, sorted(cases), isolation, progress)
     for result, _ in graded:
         cases[result.student].items = {item.grade_id: item for item in result.items}
     audits = [ItemAudit(grade_id, [c for c in cases.values() if c.grade_id == grade_id and c.kind == "mutant"],
@@ -232,6 +222,10 @@ class Problem:
     text: str
     known: str = ""
 
+    def line(self) -> str:
+        """The problem as one line of the printed audit and of ``audit.md``."""
+        return f"- `{self.grade_id}`: {self.text}" + (f" Known gap: {self.known}" if self.known else "")
+
 
 def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) -> list[Problem]:
     """Every mutant not caught or not named, and every correct alternative that lost points,
@@ -260,7 +254,7 @@ def write(course: Course, assignment: str, audits: list[ItemAudit], found: list[
     """``reports/<assignment>/audit.md`` (the table, then every problem) and ``audit.png``."""
     folder = course.reports(assignment)
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [f"- `{p.grade_id}`: {p.text}" + (f" Known gap: {p.known}" if p.known else "") for p in found]
+    lines = [problem.line() for problem in found]
     text = (f"# Audit of the hidden checks of {assignment}\n\n{table(audits)}\n\n"
             + ("## Problems\n\n" + "\n".join(lines) if lines else "No problems.") + "\n")
     (folder / "audit.md").write_text(text)

@@ -160,7 +160,7 @@ def audit_command(args) -> int:
         audits, found = audit.run(course, args.assignment, **hooks)
     print(audit.table(audits))
     for problem in found:
-        print(f"- {problem.grade_id}: {problem.text}" + (f" Known gap: {problem.known}" if problem.known else ""))
+        print(problem.line())
     written = audit.write(course, args.assignment, audits, found)
     print(f"\nAudit: {written['audit']}\nFigure: {written['figure']}")
     return 1 if any(not problem.known for problem in found) else 0

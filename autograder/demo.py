@@ -53,11 +53,13 @@ class CausalAttention(nn.Module):
 '''
 
 
-def _with_answer(notebook: dict, grade_id: str, change) -> dict:
+def with_answer(notebook: dict, grade_id: str, change) -> dict:
+    """A copy of ``notebook`` whose answer cell ``grade_id`` holds ``change(its source)``."""
     nb = copy.deepcopy(notebook)
-    for cell in nb["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id:
-            cell["source"] = change("".join(cell["source"]))
+    cells = [cell for cell in nb["cells"] if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    if len(cells) != 1:
+        raise GradingError(f"The notebook has {len(cells)} cells with grade_id {grade_id!r}, not one.")
+    cells[0]["source"] = change("".join(cells[0]["source"]))
     return nb
 
 
@@ -81,9 +83,9 @@ def build_course(root: Path) -> None:
     students = {
         "ada_solution": solution,
         "bo_blank": blank,
-        "cy_mistake": _with_answer(solution, "causal_attention",
+        "cy_mistake": with_answer(solution, "causal_attention",
                                    lambda source: source.replace("dim=-1)", "dim=1)")),
-        "dee_cheater": _with_answer(blank, "causal_attention", lambda source: CHEAT),
+        "dee_cheater": with_answer(blank, "causal_attention", lambda source: CHEAT),
     }
     for student, notebook in students.items():
         folder = root / "submitted" / student / ASSIGNMENT

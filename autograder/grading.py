@@ -255,11 +255,11 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     if item.grade_id in pre.item_status:
         status, message = pre.item_status[item.grade_id]
         return ItemResult(status=status, message=message, **base)
+    answer = pre.answer(item.answer_id)
+    answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"}
     for index in range(len(item.checks)):
         pid = f"{item.grade_id}.{index}"
         outcome = run.outcomes[pid]
-        answer = pre.answer(item.answer_id)
-        answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"}
         used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells)
         if used:
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
@@ -273,7 +273,6 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
             return ItemResult(status="failed", message="Not written yet: the answer still raises NotImplementedError.",
                               **base)
         if outcome.status != "ok":
-            answer = pre.answer(item.answer_id)
             problem = run.cell_problems.get(answer.index) if answer else None
             message = outcome.message
             if problem and outcome.status == "error" and "Your answer cell" not in message:
@@ -288,7 +287,7 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
             return ItemResult(status="failed", message=verdict.message, hint=verdict.hint,
                               mistake=mistake.title if mistake else None, **base)
     base["score"] = item.points
-    problems = style_problems(pre.answer(item.answer_id).source) if item.style_deduction else []
+    problems = style_problems(answer.source) if item.style_deduction else []
     if problems:
         base["score"] = max(0.0, item.points - item.style_deduction)
         return ItemResult(status="passed", message="All hidden checks passed.", **base,

@@ -178,7 +178,7 @@ def solution() -> dict:
 
 
 def replace(notebook: dict, grade_id: str, source: str) -> dict:
-    return demo._with_answer(notebook, grade_id, lambda _: source)
+    return demo.with_answer(notebook, grade_id, lambda _: source)
 
 
 def add_cell(notebook: dict, source: str, before: str) -> dict:
@@ -234,7 +234,7 @@ def cases(course: Path) -> list[Case]:
         # honest work
         Case("ada_solution", good, 10, {item: {"passed"} for item in ITEMS}),
         Case("bo_blank", blank, 0, {item: FAILING for item in ITEMS}),
-        Case("cy_mistake", demo._with_answer(good, "causal_attention", lambda s: s.replace("dim=-1)", "dim=1)")), 8,
+        Case("cy_mistake", demo.with_answer(good, "causal_attention", lambda s: s.replace("dim=-1)", "dim=1)")), 8,
              {"causal_attention": {"failed"}, "multihead_attention": {"passed"}},
              message={"causal_attention": "wrong values"}),
         # attacks on a wrong answer

@@ -205,10 +205,9 @@ def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
         return Verdict("passed", f"Gradient fingerprint {SEED_000_FINGERPRINT}: correct.")
     message = f"Gradient fingerprint {list(fingerprint)}, expected {SEED_000_FINGERPRINT}."
     features = {"heads", "causal", "projection"}
-    for mistake in catalog.CATALOG:
-        if mistake.visible_in(features) and mistake.name != "dropout_in_eval":
-            if flawed_fingerprint(mistake.flaws) == list(fingerprint):
-                return Verdict("failed", message, mistake)
+    for mistake in catalog.revealed_by(features):
+        if flawed_fingerprint(mistake.flaws) == list(fingerprint):
+            return Verdict("failed", message, mistake)
     if fingerprint and fingerprint[-1] == SEED_000_FINGERPRINT[-1]:
         return Verdict("failed", message + " The value gradients are right, so the weights reach the values "
                        "correctly; look at the mask fill value (-inf) and the softmax.",

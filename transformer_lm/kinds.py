@@ -116,12 +116,11 @@ def _mistake_candidates(case: AttentionCase, tensors: CaseTensors) -> dict[catal
     """The output each mistake this case can reveal gives on its tensors (dropout left on shows
     by two calls giving two outputs, not here)."""
     candidates = {}
-    for mistake in catalog.CATALOG:
-        if mistake.visible_in(case.features) and mistake.name != "dropout_in_eval":
-            with torch.no_grad():
-                out, _ = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
-                                                             attn_mask=tensors.mask, causal=case.causal)
-            candidates[mistake] = {"output": out}
+    for mistake in catalog.revealed_by(case.features):
+        with torch.no_grad():
+            out, _ = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+                                                         attn_mask=tensors.mask, causal=case.causal)
+        candidates[mistake] = {"output": out}
     return candidates
 
 
@@ -173,10 +172,9 @@ def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catal
     mask = rest[0] if rest else None
     features = {"mask"} if mask is not None and mask.dtype == torch.bool else set()
     candidates = {}
-    for mistake in catalog.CATALOG:
-        if mistake.visible_in(features):
-            with torch.no_grad():
-                candidates[mistake] = {"output": catalog.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
+    for mistake in catalog.revealed_by(features):
+        with torch.no_grad():
+            candidates[mistake] = {"output": catalog.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
     return candidates
 
 
@@ -239,11 +237,9 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
     arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
                  "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output, "repeat": True}
     features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set())
-    candidates = {}
-    for mistake in catalog.CATALOG:
-        if mistake.visible_in(features) and mistake.name != "dropout_in_eval":
-            with torch.no_grad():
-                candidates[mistake] = {"output": catalog.flawed_block(block, x, mistake.flaws)}
+    with torch.no_grad():
+        candidates = {mistake: {"output": catalog.flawed_block(block, x, mistake.flaws)}
+                      for mistake in catalog.revealed_by(features)}
     return arguments, {"output": output.detach(), "grad.x": leaf.grad}, candidates
 
 

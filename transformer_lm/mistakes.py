@@ -57,6 +57,12 @@ class Mistake:
         return not self.shows_with or bool(self.shows_with & set(features))
 
 
+def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
+    """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
+    (dropout left on in eval mode shows by two calls giving two outputs instead)."""
+    return [mistake for mistake in CATALOG if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+
+
 CATALOG: tuple[Mistake, ...] = (
     Mistake(
         "softmax_wrong_dim", "softmax over the wrong dimension",
