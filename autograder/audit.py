@@ -147,10 +147,7 @@ def _scratch_course(course: Course, assignment: str, root: Path) -> Course:
     secret, so that the audit grades as the course does and writes nothing into it."""
     shutil.copy2(course.root / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(course.root / "release" / assignment, root / "release" / assignment)
-    checks = course.checks_file(assignment)
-    target = root / checks.relative_to(course.root)
-    target.parent.mkdir(parents=True)
-    shutil.copy2(checks, target)
+    course.copy_checks(assignment, root)
     (root / ".grading").mkdir()
     (root / ".grading" / "secret").write_bytes(course.secret())
     return Course(root, course.settings)
@@ -214,8 +211,8 @@ def table(audits: list[ItemAudit]) -> str:
 
 @dataclass
 class Problem:
-    """A mutant not caught or not named, or a correct alternative that lost points; ``known``
-    holds why, where the bank lists it as a known gap."""
+    """A mutant not caught or not named, or that cost other items too, or a correct alternative
+    that lost points; ``known`` holds why, where the bank lists it as a known gap."""
 
     grade_id: str
     label: str
@@ -228,8 +225,8 @@ class Problem:
 
 
 def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) -> list[Problem]:
-    """Every mutant not caught or not named, and every correct alternative that lost points,
-    with what the grader said."""
+    """Every mutant not caught, not named or that cost other items too (one mistake costs points
+    once), and every correct alternative that lost points, with what the grader said."""
     found = []
     for audit in audits:
         for case in audit.mutants:
@@ -238,6 +235,10 @@ def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) ->
             elif not case.named:
                 text = (f"the mutant {case.label} lost its points but was named {case.item.mistake!r} "
                         f"({case.item.status}: {case.item.message[:200]})")
+            elif case.collateral:
+                other = case.items[case.collateral[0]]
+                text = (f"the mutant {case.label} cost {', '.join(case.collateral)} too "
+                        f"({other.grade_id}: {other.status}: {other.message[:200]})")
             else:
                 continue
             found.append(Problem(audit.grade_id, case.label, text, known_gaps.get((audit.grade_id, case.label), "")))

@@ -21,14 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autograder import pipeline, report
-from autograder.config import Autograder, load_settings
+from autograder.config import load_settings
 from autograder.errors import GradingError
 from autograder.grading import Course
 from autograder.pipeline import ClassGrades
 from autograder.record import nbgrader_env
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKS_DIR = Autograder.checks_dir.default_value
 ASSIGNMENT = "01_attention_basics"
 NOTEBOOK = "attention_basics.ipynb"
 DEMO_MARK = ".autograder-demo"
@@ -66,11 +65,9 @@ def with_answer(notebook: dict, grade_id: str, change) -> dict:
 def make_course(root: Path, assignment: str = ASSIGNMENT) -> None:
     """A course folder with the course's config, the assignment's source, its hidden checks and
     its release (made by nbgrader, as an instructor would)."""
-    checks = Path(CHECKS_DIR) / f"{assignment}.py"
     shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(REPO / "source" / assignment, root / "source" / assignment)
-    (root / CHECKS_DIR).mkdir(parents=True, exist_ok=True)
-    shutil.copy2(REPO / checks, root / checks)
+    Course(REPO).copy_checks(assignment, root)
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"], cwd=root,
                    env=nbgrader_env(), check=True, capture_output=True)
 

@@ -8,6 +8,7 @@ data (:mod:`autograder.preflight`), hands code and hidden inputs to the sandbox
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib.util
@@ -16,10 +17,11 @@ import json
 import os
 import queue
 import secrets
+import shutil
 import sys
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pycodestyle
@@ -31,10 +33,14 @@ from autograder.errors import GradingError
 from autograder.forbidden import found_in_trace, runtime_names
 from autograder.preflight import Preflight, preflight, read_notebook
 from autograder.spec import STYLE, Item
+from transformer_lm import reference
 from transformer_lm.kinds import Prepared
+from transformer_lm.sandboxed.probes import COURSE_CODE_CELL
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
 RECEIPTS = ("timestamp.txt", "submission_secret.txt")
+WITH_COURSE_CODE = "+course"
+"""The suffix of a probe id that runs with the course's stand-ins in place of earlier answers."""
 
 
 class _StyleCollector(pycodestyle.BaseReport):
@@ -157,6 +163,22 @@ class Course:
         an assignment without rebuilding the grader's container."""
         return self.root / self.settings.checks_dir / f"{assignment}.py"
 
+    def stand_ins_file(self, assignment: str) -> Path:
+        """The course's own code of ``assignment`` in its API, which stands in for a wrong
+        earlier answer (:mod:`autograder.spec`), beside the hidden checks."""
+        return self.checks_file(assignment).parent / "stand_ins" / f"{assignment}.py"
+
+    def copy_checks(self, assignment: str, root: Path, audit_bank: bool = False) -> None:
+        """Copies the hidden checks of ``assignment``, its stand-ins and (with ``audit_bank``) its
+        audit bank into the course folder ``root``, at the same places, for a course of its own."""
+        checks = self.checks_file(assignment)
+        paths = [checks, self.stand_ins_file(assignment)] + ([checks.parent / "audit" / checks.name] if audit_bank else [])
+        for path in paths:
+            if path.exists():
+                target = root / path.relative_to(self.root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+
 
 def existing_checks_file(course: Course, assignment: str) -> Path:
     """:meth:`Course.checks_file`, or an error that says where it was expected."""
@@ -172,7 +194,10 @@ def checks_version(course: Course, assignment: str) -> str:
     version is out of date (``autograder grade --regrade``). The grader's own code (the reference,
     the tolerance policy) is not in it: a change there needs a full grading again."""
     digest = hashlib.sha256()
-    for path in [existing_checks_file(course, assignment), *course.release_notebooks(assignment).values()]:
+    stand_ins = course.stand_ins_file(assignment)
+    paths = [existing_checks_file(course, assignment), *([stand_ins] if stand_ins.exists() else []),
+             *course.release_notebooks(assignment).values()]
+    for path in paths:
         digest.update(f"{path.name}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()[:12]
 
@@ -205,6 +230,9 @@ class Assignment:
     points: dict[str, float]  # grade_id -> points
     answers: dict[str, str]  # grade_id -> the answer cell it grades
     checks_version: str  # checks_version() of the files it was loaded from
+    below: dict[str, list[str]] = field(default_factory=dict)  # grade_id -> the items it builds on, at any depth
+    stand_ins: dict[str, list[str]] = field(default_factory=dict)  # probe id -> names the course's code replaces
+    course_code: dict | None = None  # what the harness needs to make the stand-ins (CourseCode)
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -223,13 +251,56 @@ class Assignment:
         lost = [item.answer_id for item in all_items if item.grade_id not in located]
         if lost:
             raise GradingError(f"Hidden checks name answer cells that no release notebook of {name} has: {lost}")
+        below, stand_ins = _builds_on(all_items, items), {}
+        defined = {item.grade_id: item.defines for item in all_items}
         for item in all_items:
+            names = sorted({name for gid in below[item.grade_id] for name in defined[gid]})
             for index, check in enumerate(item.checks):
                 pid = f"{item.grade_id}.{index}"
                 prepared[pid] = check.prepare(generator_for(secret, name, item.grade_id, index))
                 probe_item[pid] = item.grade_id
+                if names:
+                    prepared[pid + WITH_COURSE_CODE], probe_item[pid + WITH_COURSE_CODE] = prepared[pid], item.grade_id
+                    stand_ins[pid + WITH_COURSE_CODE] = names
+        course_code = _course_code(course, name, {n for names in defined.values() for n in names}) if stand_ins else None
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
-                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name))
+                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins,
+                   course_code)
+
+
+def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dict[str, list[str]]:
+    """Each item's ``builds_on``, followed to every depth (nearest first), checked: an item builds
+    on earlier items of its own notebook that define what the course's code stands in for."""
+    notebook = {item.grade_id: nb for nb, items in by_notebook.items() for item in items}
+    below: dict[str, list[str]] = {}
+    for item in all_items:
+        below[item.grade_id] = []
+        for gid in item.builds_on:
+            if gid not in below or notebook.get(gid) != notebook.get(item.grade_id):
+                raise GradingError(f"Item {item.grade_id!r} builds on {gid!r}, which is not an earlier item of "
+                                   f"its notebook.")
+            below[item.grade_id] += [g for g in (gid, *below[gid]) if g not in below[item.grade_id]]
+        if below[item.grade_id] and not any(i.defines for i in all_items if i.grade_id in below[item.grade_id]):
+            raise GradingError(f"Item {item.grade_id!r} builds on items that define nothing the course's code can "
+                               f"stand in for: give them defines=(...).")
+    return below
+
+
+def _course_code(course: Course, assignment: str, names: set[str]) -> dict:
+    """The reference's and the stand-ins' source, for the harness; every name an item defines
+    must be defined at the top of the stand-ins' file."""
+    path = course.stand_ins_file(assignment)
+    if not path.exists():
+        raise GradingError(f"Items of {assignment} build on earlier answers: the course's stand-ins for them are "
+                           f"expected in {path}.")
+    source = path.read_text()
+    tree = ast.parse(source, str(path))
+    top = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    top |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+            if isinstance(target, ast.Name)}
+    if names - top:
+        raise GradingError(f"{path} does not define {', '.join(sorted(names - top))}, which items define.")
+    return {"reference": Path(reference.__file__).read_text(), "stand_ins": source, "names": sorted(names)}
 
 
 def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
@@ -246,8 +317,9 @@ def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]
 
 
 def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight,
-               run: runner.RunResult | None) -> ItemResult:
-    """One item's result from its preflight status or its probe outcomes."""
+               run: runner.RunResult | None, earlier: dict[str, ItemResult] | None = None) -> ItemResult:
+    """One item's result from its preflight status or its probe outcomes; ``earlier`` holds the
+    results of the items before it in its notebook (one mistake costs points once)."""
     base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0, answer=item.answer_id)
     if pre.fatal:
         status = "missing" if pre.fatal.startswith("No notebook") else "error"
@@ -256,9 +328,27 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
         status, message = pre.item_status[item.grade_id]
         return ItemResult(status=status, message=message, **base)
     answer = pre.answer(item.answer_id)
-    answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"}
-    for index in range(len(item.checks)):
-        pid = f"{item.grade_id}.{index}"
+    result = _judge_probes(item, [f"{item.grade_id}.{i}" for i in range(len(item.checks))], assignment, pre, run,
+                           ItemResult(status="passed", message="All hidden checks passed.", **base))
+    if result.status != "passed":
+        result = _charged_once(item, result, assignment, pre, run, earlier or {})
+    if result.status != "passed":
+        return result
+    result.score = item.points
+    problems = style_problems(answer.source) if item.style_deduction else []
+    if problems:
+        result.score = max(0.0, item.points - item.style_deduction)
+        result.deduction = f"pep8: -{item.style_deduction:g} point ({'; '.join(problems[:5])})"
+    return result
+
+
+def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
+                  passed: ItemResult) -> ItemResult:
+    """``passed`` when every probe of ``pids`` passes; otherwise the first problem, as a result."""
+    answer = pre.answer(item.answer_id)
+    answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
+    failed = replace(passed, status="failed")
+    for pid in pids:
         outcome = run.outcomes[pid]
         used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells)
         if used:
@@ -266,33 +356,58 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
                     f"(seen in what ran, not in its text).")
             if flag not in pre.flags:
                 pre.flags.append(flag)
-            return ItemResult(status="forbidden", message=f"While it was checked, the answer ran {', '.join(used)}, "
-                              "the library version of what this exercise asks you to write yourself (the grader "
-                              "sees the operations that run, whatever name reached them).", **base)
+            return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
+                           f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
+                           "(the grader sees the operations that run, whatever name reached them).")
         if outcome.status == "todo":
-            return ItemResult(status="failed", message="Not written yet: the answer still raises NotImplementedError.",
-                              **base)
+            return replace(failed, message="Not written yet: the answer still raises NotImplementedError.")
         if outcome.status != "ok":
             problem = run.cell_problems.get(answer.index) if answer else None
             message = outcome.message
             if problem and outcome.status == "error" and "Your answer cell" not in message:
                 message = f"Your answer cell failed: {problem}"
-            return ItemResult(status=outcome.status, message=message, **base)
+            return replace(failed, status=outcome.status, message=message)
         try:
             verdict = assignment.prepared[pid].judge(outcome.record or {}, outcome.value, False)
         except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
-            return ItemResult(status="error", message=f"The result could not be compared: {error}", **base)
+            return replace(failed, status="error", message=f"The result could not be compared: {error}")
         if not verdict.passed:
-            mistake = verdict.mistake
-            return ItemResult(status="failed", message=verdict.message, hint=verdict.hint,
-                              mistake=mistake.title if mistake else None, **base)
-    base["score"] = item.points
-    problems = style_problems(answer.source) if item.style_deduction else []
-    if problems:
-        base["score"] = max(0.0, item.points - item.style_deduction)
-        return ItemResult(status="passed", message="All hidden checks passed.", **base,
-                          deduction=f"pep8: -{item.style_deduction:g} point ({'; '.join(problems[:5])})")
-    return ItemResult(status="passed", message="All hidden checks passed.", **base)
+            return replace(failed, message=verdict.message, hint=verdict.hint,
+                           mistake=verdict.mistake.title if verdict.mistake else None)
+    return passed
+
+
+def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: Preflight, run: runner.RunResult,
+                  earlier: dict[str, ItemResult]) -> ItemResult:
+    """A failed item's result once a mistake already charged elsewhere is taken out of it.
+
+    When an item it builds on did not pass, the item is judged by the probes that ran with the
+    course's code in their place. When an earlier item of the same answer failed by a catalogued
+    mistake and this one fails by exactly that mistake (its record is the reference's with that
+    one mistake), this step is right and keeps its points."""
+    if result.status == "forbidden":
+        return result
+    below = [gid for gid in assignment.below.get(item.grade_id, []) if gid in earlier
+             and earlier[gid].status != "passed"]
+    if below:
+        pids = [f"{item.grade_id}.{i}{WITH_COURSE_CODE}" for i in range(len(item.checks))]
+        *others, last = assignment.stand_ins[pids[0]]
+        names = f"{', '.join(others)} and {last}" if others else last
+        where = " and ".join(below)
+        course = _judge_probes(item, pids, assignment, pre, run, replace(
+            result, status="passed", hint="", mistake=None,
+            message=f"All hidden checks passed, run on the course's {names} in place of yours, because {where} did "
+                    f"not pass and lost its points there (one mistake costs points once)."))
+        if course.status == "failed":
+            course.message = f"With the course's {names} in place of yours: {course.message}"
+        return course if course.status in ("passed", "failed") else result
+    charged = next((other for other in earlier.values() if other.answer == item.answer_id
+                    and other.status == "failed" and result.mistake and other.mistake == result.mistake), None)
+    if charged and result.status == "failed":
+        return replace(result, status="passed", hint="", mistake=None,
+                       message=f"All else is right: this item fails only by the mistake charged in "
+                               f"{charged.grade_id} ({result.mistake}), and one mistake costs points once.")
+    return result
 
 
 def style_problems(source: str) -> list[str]:
@@ -320,8 +435,12 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         forbids = {item.grade_id: item.forbids for item in items}
         watch = {pid: sorted(runtime_names(forbids[gid])) for pid, gid in assignment.probe_item.items()
                  if pid in pids and forbids[gid]}
-        run = runner.run_submission(pre, pids, answers, worker, watch)
-    return [judge_item(item, notebook, assignment, pre, run) for item in items], pre
+        stand_ins = {pid: names for pid, names in assignment.stand_ins.items() if pid in pids}
+        run = runner.run_submission(pre, pids, answers, worker, watch, stand_ins, assignment.course_code)
+    results: dict[str, ItemResult] = {}
+    for item in items:
+        results[item.grade_id] = judge_item(item, notebook, assignment, pre, run, results)
+    return list(results.values()), pre
 
 
 def grade_submission(course: Course, assignment: Assignment, student: str,

@@ -27,9 +27,15 @@ magics work as in Jupyter), writes ``cell_end``; after the answer cell of an ite
 that item's probe calls and saves each record to ``OUT_DIR/<probe id>.safetensors``.
 The trusted side reads the journal to know what finished, and where a run that died
 (timeout, memory, segfault, ``os._exit``) was at that moment.
+
+After the last cell come the plan's ``late`` probe calls, each with the course's own code
+standing in for some of the student's answers (:class:`CourseCode`): an item that builds on a
+wrong earlier answer is judged by those, so that one mistake costs points once. The course's
+code is made only then, when every record of the student's own code is written.
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -39,11 +45,13 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 from safetensors.torch import load_file, save_file
 
+import transformer_lm
 from transformer_lm.sandboxed import probes
 
 CELL_FILE = re.compile(r"<ipython-input-(\d+)-")
@@ -88,9 +96,50 @@ def describe(error: BaseException) -> str:
 
 
 def run_probe(call: dict, namespace: dict, tensors: dict[str, torch.Tensor], pid: str):
-    """Calls the planned probe ``pid`` on the student's objects, with its own tensors."""
-    own = {name: tensors[probes.tensor_key(pid, name)] for name in call["tensor_keys"]}
+    """Calls the planned probe ``pid`` on the student's objects, with its own tensors (those of
+    the call ``tensors_of`` names, when it makes the same check again)."""
+    owner = call.get("tensors_of", pid)
+    own = {name: tensors[probes.tensor_key(owner, name)] for name in call["tensor_keys"]}
     return probes.call_probe(call, namespace, own)
+
+
+class CourseCode:
+    """The course's reference (``transformer_lm.reference``, sent as text: it is not importable
+    here) and its stand-ins for students' answers, in the assignment's API
+    (``<checks_dir>/stand_ins/<assignment>.py``), both compiled under
+    :data:`~transformer_lm.sandboxed.probes.COURSE_CODE_FILE`."""
+
+    def __init__(self, code: dict):
+        reference = types.ModuleType("transformer_lm.reference")
+        reference.__file__ = probes.COURSE_CODE_FILE
+        sys.modules[reference.__name__] = reference  # dataclasses look their module up there
+        exec(compile(code["reference"], probes.COURSE_CODE_FILE, "exec"), reference.__dict__)
+        transformer_lm.reference = reference
+        self.stand_ins = compile(code["stand_ins"], probes.COURSE_CODE_FILE, "exec")
+        self.names = set(code["names"])
+
+    @contextlib.contextmanager
+    def standing_in(self, namespace: dict, names: list[str]):
+        """``namespace`` with the course's objects under ``names`` while the block runs. The
+        stand-ins run in a copy of the namespace, so that the names they look up (a class they
+        build, a function they call) are the student's own, except those stood in for."""
+        scope = dict(namespace)
+        exec(self.stand_ins, scope)
+        for name in self.names - set(names):
+            if name in namespace:
+                scope[name] = namespace[name]
+            else:
+                scope.pop(name, None)
+        saved = {name: namespace[name] for name in names if name in namespace}
+        namespace.update({name: scope[name] for name in names})
+        try:
+            yield
+        finally:
+            for name in names:
+                if name in saved:
+                    namespace[name] = saved[name]
+                else:
+                    namespace.pop(name, None)
 
 
 def traced(seen: dict) -> dict[str, list[list[int]]]:
@@ -112,8 +161,28 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
 
     def cell_of(filename: str) -> int | None:
         """The plan's index of the cell compiled under ``filename`` (``<ipython-input-N-...>``)."""
+        if filename == probes.COURSE_CODE_FILE:
+            return probes.COURSE_CODE_CELL
         match = CELL_FILE.match(filename)
         return cells_by_count.get(int(match.group(1))) if match else None
+
+    def probe(pid: str, standing_in=contextlib.nullcontext) -> None:
+        """Runs the planned call ``pid`` and journals its record, value or error."""
+        journal.log("probe_start", probe=pid)
+        ran: dict = {}
+        try:
+            with standing_in(), probes.trace_calls(plan["watch"].get(pid, ()), cell_of) as ran:
+                value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
+            record = probes.as_record(value)
+            if record is not None:
+                save(record, os.path.join(out_dir, f"{pid}.safetensors"))
+                journal.log("probe_end", probe=pid, saved=True, ran=traced(ran))
+            else:
+                text = dumps(value, default=str)
+                journal.log("probe_end", probe=pid, value=value if len(text) <= MAX_VALUE else None, ran=traced(ran))
+        except BaseException as error:  # noqa: BLE001 - anything a student object raises is a result
+            kind = "todo" if isinstance(error, NotImplementedError) else "error"
+            journal.log("probe_end", probe=pid, error=describe(error), kind=kind, ran=traced(ran))
 
     for cell in plan["cells"]:
         if cell["index"] not in plan["skip_cells"]:
@@ -123,24 +192,18 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
             error = result.error_before_exec or result.error_in_exec
             journal.log("cell_end", index=cell["index"], error=describe(error) if error else None)
         for pid in cell["probes"]:
-            if pid in plan["skip_probes"]:
-                continue
-            journal.log("probe_start", probe=pid)
-            ran: dict = {}
-            try:
-                with probes.trace_calls(plan["watch"].get(pid, ()), cell_of) as ran:
-                    value = run_probe(plan["calls"][pid], shell.user_ns, tensors, pid)
-                record = probes.as_record(value)
-                if record is not None:
-                    save(record, os.path.join(out_dir, f"{pid}.safetensors"))
-                    journal.log("probe_end", probe=pid, saved=True, ran=traced(ran))
-                else:
-                    text = dumps(value, default=str)
-                    journal.log("probe_end", probe=pid, value=value if len(text) <= MAX_VALUE else None,
-                                ran=traced(ran))
-            except BaseException as error:  # noqa: BLE001 - anything a student object raises is a result
-                kind = "todo" if isinstance(error, NotImplementedError) else "error"
-                journal.log("probe_end", probe=pid, error=describe(error), kind=kind, ran=traced(ran))
+            if pid not in plan["skip_probes"]:
+                probe(pid)
+    course: list[CourseCode] = []  # made at the first late call, inside it: a failure is that call's error
+
+    def standing_in(names: list[str]):
+        if not course:
+            course.append(CourseCode(plan["course_code"]))
+        return course[0].standing_in(shell.user_ns, names)
+
+    for pid in plan.get("late", ()):
+        if pid not in plan["skip_probes"]:
+            probe(pid, lambda names=plan["calls"][pid]["stand_ins"]: standing_in(names))
     journal.log("done")
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: student atexit hooks and threads cannot change the outcome

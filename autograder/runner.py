@@ -268,18 +268,23 @@ class Worker:
 
 
 def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-                   worker: Worker, watch: dict[str, list[str]] | None = None) -> RunResult:
+                   worker: Worker, watch: dict[str, list[str]] | None = None,
+                   stand_ins: dict[str, list[str]] | None = None, course_code: dict | None = None) -> RunResult:
     """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
     the grade_id of the answer cell after which it runs; ``watch`` maps a probe id to the
-    torch functions and ATen operators whose calls its trace records (forbidden ones). A run
-    that dies is run again without the cell or probe that killed it, as long as attempts and
-    total time remain.
+    torch functions and ATen operators whose calls its trace records (forbidden ones).
+    ``stand_ins`` maps a probe id to the names the course's code stands in for during it: those
+    run after the last cell, with ``course_code`` (see :class:`autograder.harness.CourseCode`).
+    A run that dies is run again without the cell or probe that killed it, as long as attempts
+    and total time remain.
     """
     settings = worker.settings
-    attempts = _Attempts(pre, prepared, probe_cells, worker)
+    attempts = _Attempts(pre, prepared, probe_cells, worker, stand_ins or {})
     attempts.plan["watch"] = watch or {}
+    if attempts.plan["late"]:
+        attempts.plan["course_code"] = course_code
     result = attempts.result
     deadline = time.monotonic() + settings.total_seconds
     for attempt in range(settings.max_attempts):
@@ -294,25 +299,34 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     return result
 
 
-def _plan(cells: list[Cell], prepared: dict[str, Prepared],
-          probe_cells: dict[str, str]) -> tuple[dict, dict[str, torch.Tensor]]:
+def _plan(cells: list[Cell], prepared: dict[str, Prepared], probe_cells: dict[str, str],
+          stand_ins: dict[str, list[str]]) -> tuple[dict, dict[str, torch.Tensor]]:
     """The harness's plan for ``cells`` (the notebook's code cells) and the probes' hidden inputs.
 
     Each answer cell is followed by the probes that check it. A cell that does not run (a test
-    cell, a demonstration) keeps its place, with no source, when probes follow it.
+    cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
+    ``stand_ins`` come after the last cell, in ``late``.
     """
     answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
-    plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": []}
+    late = [pid for pid in prepared if pid in stand_ins]
+    plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": [], "late": late}
     for cell in cells:
         runs = cell.role in ("answer", "readonly", "other") and not cell.skip
-        probes_here = [pid for pid, gid in probe_cells.items() if answer_index.get(gid) == cell.index]
+        probes_here = [pid for pid, gid in probe_cells.items()
+                       if answer_index.get(gid) == cell.index and pid not in stand_ins]
         if runs or probes_here:
             plan["cells"].append({"index": cell.index, "source": cell.source if runs else "", "probes": probes_here})
             if not runs:
                 plan["skip_cells"].append(cell.index)
-    tensors = {}
+    tensors, first_of = {}, {}
     for pid, prep in prepared.items():
         plan["calls"][pid] = prep.call.plan()
+        if pid in stand_ins:
+            plan["calls"][pid]["stand_ins"] = stand_ins[pid]
+        first = first_of.setdefault(id(prep), pid)
+        if first != pid:  # the same check made again (with stand-ins): its tensors travel once
+            plan["calls"][pid]["tensors_of"] = first
+            continue
         tensors.update({probes.tensor_key(pid, name): t.contiguous() for name, t in prep.call.tensors.items()})
     return plan, tensors
 
@@ -341,10 +355,10 @@ class _Attempts:
     the result gathered over all runs."""
 
     def __init__(self, pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-                 worker: Worker):
+                 worker: Worker, stand_ins: dict[str, list[str]]):
         self.worker, self.prepared = worker, prepared
         self.cells = [c for c in pre.cells if c.cell_type == "code"]
-        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells)
+        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells, stand_ins)
         self.owner = {pid: probe_cells[pid] for pid in prepared}
         self.result = RunResult()
 

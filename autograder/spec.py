@@ -8,11 +8,20 @@ a module that defines ``ITEMS``: one :class:`Item` per graded answer. An item na
 * ``points``;
 * ``checks``: check kinds of :mod:`transformer_lm.kinds` (what to call, what the reference
   gives, how to judge), which the grader prepares from the course's secret seed;
-* ``forbids``: library calls the answer may not make (the thing it has to write itself).
+* ``forbids``: library calls the answer may not make (the thing it has to write itself);
+* ``defines`` and ``builds_on``: the names of the objects the answer defines, and the earlier
+  items whose answers it uses (one mistake costs points once: see below).
 
 All checks of an item must pass for its points; the first one that fails explains why.
 Tolerances are the course's policy (:data:`transformer_lm.judging.RTOL`, ``ATOL``) unless a
 check says otherwise.
+
+One mistake costs points once. An item that ``builds_on`` earlier items is also probed with the
+course's own code in place of their answers: ``<checks_dir>/stand_ins/<assignment>.py``, built
+on the reference, defines every name that an item ``defines``. When one of those earlier answers
+(or one they build on) did not pass, the item is judged by that second record, and its feedback
+says so. Where several items grade one answer cell, each judges its own step; a later item that
+fails only by the catalogued mistake an earlier one was charged for keeps its points.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ class Item:
     the answer cell it grades, the item's own id unless several items grade one answer (the
     scores, the mask and the output of one class). ``style_deduction`` points come off a
     passing item whose answer cell breaks PEP 8 (:data:`STYLE`), never below zero.
+    ``defines`` names what the course's stand-ins replace when this answer is wrong;
+    ``builds_on`` the grade_ids of earlier items, in the same notebook, whose answers this one uses.
     """
 
     grade_id: str
@@ -38,6 +49,8 @@ class Item:
     forbids: tuple[str, ...] = ()
     answer: str | None = None
     style_deduction: float = 0.0
+    defines: tuple[str, ...] = ()
+    builds_on: tuple[str, ...] = ()
 
     @property
     def test_id(self) -> str:

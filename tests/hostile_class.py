@@ -32,8 +32,9 @@ WRONG_CAUSAL = '''class CausalAttention(nn.Module):
     def forward(self, x):
         return self.W_value(x)  # wrong: no attention at all
 '''
-# What WRONG_CAUSAL honestly earns: CausalAttention and the wrapper built on it fail.
-WRONG_CAUSAL_SCORE = 8
+# What WRONG_CAUSAL honestly earns: CausalAttention fails (the wrapper built on it is graded with the
+# course's CausalAttention in its place).
+WRONG_CAUSAL_SCORE = 9
 
 SUBCLASS = '''class Liar(torch.Tensor):
     @classmethod
@@ -234,7 +235,7 @@ def cases(course: Path) -> list[Case]:
         # honest work
         Case("ada_solution", good, 10, {item: {"passed"} for item in ITEMS}),
         Case("bo_blank", blank, 0, {item: FAILING for item in ITEMS}),
-        Case("cy_mistake", demo.with_answer(good, "causal_attention", lambda s: s.replace("dim=-1)", "dim=1)")), 8,
+        Case("cy_mistake", demo.with_answer(good, "causal_attention", lambda s: s.replace("dim=-1)", "dim=1)")), 9,
              {"causal_attention": {"failed"}, "multihead_attention": {"passed"}},
              message={"causal_attention": "wrong values"}),
         # attacks on a wrong answer
@@ -277,8 +278,8 @@ def cases(course: Path) -> list[Case]:
              w, causal_zero),
         Case("atk_fake_success", replace(wrong, "causal_attention",
                                          WRONG_CAUSAL + "\nprint('All tests passed! Score: 10/10')\n"), w, causal_zero),
-        Case("atk_hardcoded", replace(good, "self_attention_v1", HARDCODED_V1), 8,
-             {"self_attention_v1": {"failed"}, "transfer_weights": {"failed"}}),
+        Case("atk_hardcoded", replace(good, "self_attention_v1", HARDCODED_V1), 9,
+             {"self_attention_v1": {"failed"}, "transfer_weights": {"passed"}}),
         Case("atk_background", add_cell(good, BACKGROUND, "softmax_stable"), 10, {}),
         # faults on top of the solution
         fault("fault_loop", "softmax_stable", "while True:\n    pass\n", {"timeout"}),

@@ -387,14 +387,16 @@ def test_seed_code_gets_full_marks_without_deduction(reports):
 # --------------------------------------------------------------------------------------
 
 
-def test_merged_heads_without_transpose_are_named(reports):
+def test_merged_heads_without_transpose_cost_the_output_item_only_and_are_named(reports):
+    """Seed 003's rubric puts the merge in task 2.3, the output: the scores and the mask are right
+    and keep their points (issue 15's case: this mistake cost 6 of 6 points)."""
     report = reports["mistakes"]
-    item = report["mha_scores"]
+    item = report["mha_output"]
     assert item["status"] == "failed" and item["score"] == 0
     assert item["mistake"] == "heads merged with view but no transpose", item
     assert "transpose" in item["hint"]
-    for name in ("mha_causal_mask", "mha_output"):
-        assert report[name]["status"] == "failed" and report[name]["score"] == 0
+    for name in ("mha_scores", "mha_causal_mask"):
+        assert report[name]["status"] == "passed" and report[name]["score"] == POINTS[name], report[name]
 
 
 def test_pep8_violation_costs_exactly_the_deduction(reports):
@@ -405,7 +407,7 @@ def test_pep8_violation_costs_exactly_the_deduction(reports):
     assert "E225" in forward["deduction"]
     init = report["self_attention_init"]   # the same answer cell, but the deduction is taken once
     assert (init["status"], init["score"], init["deduction"]) == ("passed", 1, "")
-    assert report[""]["total"] == 1 + 2
+    assert report[""]["total"] == 1 + 2 + POINTS["mha_scores"] + POINTS["mha_causal_mask"]
 
 
 def test_visible_check_names_the_mistake(source_nb):

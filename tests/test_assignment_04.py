@@ -185,6 +185,7 @@ SLIDING_CACHE = '''def generate_with_cache(model, idx, max_new_tokens, temperatu
 
 SCALED_SCORES = "att = (q @ k.transpose(-2, -1)) / math.sqrt(d_k)"
 MASK_FILL = 'att = att.masked_fill(mask == 0, float("-inf"))'
+SOFTMAX = "att = F.softmax(att, dim=-1)"
 MEAN_LOSS = "targets.view(-1), ignore_index=-1)"
 CROP = "context = idx[:, -model.config.block_size:]"
 FIRST_BLOCK = "context = idx[:, :model.config.block_size]"   # the first block_size tokens, not the last
@@ -232,6 +233,8 @@ def graded(source_nb, tmp_path_factory):
       the masked scores filled with 0;
     * ``loss_and_crop``: a loss summed instead of averaged, and generation that never crops its
       context; the attention, the block and the KV cache are the solution's;
+    * ``softmax_axis`` and ``raises``: the attention's softmax over the queries, and an attention
+      that raises; everything else is the solution's (one mistake costs points once);
     * ``blank``: the release as it is.
 
     Returns the reports by student, each item by grade_id, and the course folder.
@@ -249,6 +252,10 @@ def graded(source_nb, tmp_path_factory):
             "gpt": answer(source_nb, "gpt", MEAN_LOSS, 'targets.view(-1), ignore_index=-1, reduction="sum")'),
             "generate": answer(source_nb, "generate", CROP, "context = idx"),
         }),
+        "softmax_axis": release_with({**solution, "mingpt_attention": answer(
+            source_nb, "mingpt_attention", SOFTMAX, "att = F.softmax(att, dim=-2)")}),
+        "raises": release_with({**solution, "mingpt_attention": answer(
+            source_nb, "mingpt_attention", SOFTMAX, 'raise RuntimeError("not yet")')}),
         "blank": tools.read(RELEASE_DIR / NOTEBOOK),
     }
     course = tmp_path_factory.mktemp("course")
@@ -515,6 +522,21 @@ def test_summed_loss_and_uncropped_context_each_lose_their_item_only(graded, sou
     assert "block_size" in student["generate"]["message"]
     for name in ("mingpt_attention", "block", "kv_cache"):
         assert student[name]["status"] == "passed", student[name]
+
+
+@pytest.mark.parametrize("student", ["softmax_axis", "raises"])
+def test_a_wrong_attention_costs_its_own_points_only(graded, student):
+    """The block, GPT, generation and the cache only build on the attention: they are graded with
+    the course's attention in its place, and say so (issue 15's case: these cost 10 of 10)."""
+    reports, _, _ = graded
+    items = reports[student]
+    assert items[""]["total"] == sum(POINTS.values()) - POINTS["mingpt_attention"], items[""]
+    assert items["mingpt_attention"]["score"] == 0
+    for name in ("block", "gpt", "generate", "kv_cache"):
+        assert items[name]["status"] == "passed", items[name]
+        message = items[name]["message"]
+        assert re.search(r"run on the course's [\w, ]*MultiHeadSelfAttention[\w, ]* in place of yours, because "
+                         r"mingpt_attention did not pass", message), message
 
 
 def test_context_mistakes_in_generation_are_caught(source_nb):

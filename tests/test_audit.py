@@ -21,9 +21,7 @@ def course_copy(root, assignment: str) -> Course:
     shutil.copy2(tools.REPO_ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
     for folder in ("source", "release"):
         shutil.copytree(tools.REPO_ROOT / folder / assignment, root / folder / assignment)
-    (root / "autograder" / "checks" / "audit").mkdir(parents=True)
-    shutil.copy2(tools.REPO_ROOT / "autograder" / "checks" / f"{assignment}.py", root / "autograder" / "checks")
-    shutil.copy2(BANKS / f"{assignment}.py", root / "autograder" / "checks" / "audit")
+    Course(tools.REPO_ROOT).copy_checks(assignment, root, audit_bank=True)
     return Course(root, load_settings(root, workers=2))
 
 
@@ -49,14 +47,19 @@ def case(kind: str, label: str, score: float, mistake: str | None = None) -> aud
     return graded
 
 
-def test_a_missed_mutant_a_wrong_name_and_a_lost_alternative_are_each_a_problem():
-    """The audit can fail: what it counts as caught, named and kept, on made-up results."""
+def test_a_missed_mutant_a_wrong_name_a_mistake_charged_twice_and_a_lost_alternative_are_each_a_problem():
+    """The audit can fail: what it counts as caught, named, charged once and kept, on made-up results."""
+    twice = case("mutant", "no_scaling", 0.0, "scores not scaled by 1/sqrt(d_k)")
+    twice.items["later"] = ItemResult("later", "nb", 0.0, 2.0, "failed", "wrong values")
     items = [audit.ItemAudit("item", [case("mutant", "no_scaling", 0.0, "scores not scaled by 1/sqrt(d_k)"),
                                       case("mutant", "softmax_wrong_dim", 1.0),
-                                      case("mutant", "mask_filled_with_zero", 0.0, "the boolean mask is inverted")],
+                                      case("mutant", "mask_filled_with_zero", 0.0, "the boolean mask is inverted"),
+                                      twice],
                              [case("alternative", "einsum", 1.0), case("alternative", "loops", 0.0)])]
-    assert (items[0].caught, items[0].named, items[0].kept) == (2, 1, 1)
+    assert (items[0].caught, items[0].named, items[0].kept) == (3, 2, 1)
     found = audit.problems(items, {("item", "loops"): "a known gap"})
     assert [(p.label, bool(p.known)) for p in found] == [("softmax_wrong_dim", False),
-                                                         ("mask_filled_with_zero", False), ("loops", True)]
-    assert "| `item` | 2/3 (67%) | 1/3 (33%) | 1/2 (50%) | 0 |" in audit.table(items)
+                                                         ("mask_filled_with_zero", False), ("no_scaling", False),
+                                                         ("loops", True)]
+    assert "cost later too" in found[2].text
+    assert "| `item` | 3/4 (75%) | 2/4 (50%) | 1/2 (50%) | 1 |" in audit.table(items)

@@ -47,7 +47,7 @@ def test_correct_answer_passes():
     assert verdict.passed
 
 
-@pytest.mark.parametrize("mistake", [m for m in mistakes.CATALOG if m.name != "dropout_in_eval"], ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", [m for m in mistakes.ATTENTION if m.name != "dropout_in_eval"], ids=lambda m: m.name)
 def test_every_mistake_is_caught_and_named(mistake):
     with pytest.raises(checks.CheckFailed) as failure:
         checks.check_attention_module(with_flaws(mistake.flaws), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
@@ -123,3 +123,41 @@ def test_test_values_have_seed_003_names_and_shapes():
     assert S.x.shape == (3, 5, 7) and S.q_weight.shape == (9, 7) and S.output.shape == (3, 5, 9)
     assert M.mix_weight.shape == (9, 9) and M.output.shape == M.output_causal.shape == (3, 5, 9)
     assert not torch.allclose(M.output, M.output_causal)
+
+
+def test_generation_twins_with_no_flaws_are_the_reference():
+    logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(0))
+    for temperature, top_k in ((1.0, None), (0.7, 3)):
+        assert torch.equal(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistakes.GenerationFlaws()),
+                           reference.sampling_probabilities(logits, temperature, top_k))
+    model = reference.GPT(reference.GPTConfig(vocab_size=9, block_size=5, n_layer=2, n_head=2, n_embd=8)).eval()
+    idx = torch.randint(9, (2, 3), generator=torch.Generator().manual_seed(1))
+    for use_cache in (False, True):
+        assert torch.equal(mistakes.flawed_greedy_tokens(model, idx, 6, use_cache, mistakes.GenerationFlaws()),
+                           model.generate(idx, 6, top_k=1, use_cache=use_cache))
+
+
+@pytest.mark.parametrize("mistake", mistakes.generation_mistakes("sampling"), ids=lambda m: m.name)
+def test_every_sampling_mistake_is_caught_and_named(mistake):
+    def sample_next_token(logits, temperature=1.0, top_k=None):
+        probs = mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
+        return torch.multinomial(probs, num_samples=1)
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [-0.5, 1.5, 0.0, 1.0, -2.0]])
+    with pytest.raises(checks.CheckFailed) as failure:
+        checks.check_sampling(sample_next_token, logits, temperature=0.5, top_k=3)
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_a_right_sampler_written_another_way_passes():
+    def sample_next_token(logits, temperature=1.0, top_k=None):   # the Gumbel-max trick
+        scaled = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(scaled, top_k).values[:, [-1]]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        gumbel = -torch.log(-torch.log(torch.rand_like(scaled)))
+        return (scaled + gumbel).argmax(dim=-1, keepdim=True)
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [-0.5, 1.5, 0.0, 1.0, -2.0]])
+    for temperature, top_k in ((1.0, None), (0.5, 3), (2.0, 2)):
+        assert checks.check_sampling(sample_next_token, logits, temperature, top_k).passed

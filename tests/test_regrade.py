@@ -5,7 +5,9 @@ The demo's class of assignment 01 is graded, then its course's hidden checks cha
 ways whose effect is certain: softmax_stable expects ``softmax + 1``, which no answer gives
 (ada_solution and cy_mistake lose its point), and causal_attention keeps only a single-token
 case, where softmax over dim=1 (cy_mistake's mistake) and over the last dim agree (cy_mistake
-gains its point). bo_blank and dee_cheater fail both items before and after.
+gains its point, and loses the wrapper's: graded with the course's CausalAttention while its own
+failed, the wrapper is now graded on its own, whose mistake it shows). bo_blank and dee_cheater
+fail both items before and after.
 """
 
 import contextlib
@@ -80,7 +82,8 @@ def test_changes_csv_lists_exactly_the_changed_items(regraded):
     assert [(r["student"], r["grade_id"], r["old_score"], r["new_score"], r["old_status"], r["new_status"])
             for r in rows] == [("ada_solution", "softmax_stable", "1", "0", "passed", "failed"),
                                ("cy_mistake", "softmax_stable", "1", "0", "passed", "failed"),
-                               ("cy_mistake", "causal_attention", "0", "1", "failed", "passed")]
+                               ("cy_mistake", "causal_attention", "0", "1", "failed", "passed"),
+                               ("cy_mistake", "multihead_wrapper", "1", "0", "passed", "failed")]
     assert rows[2]["old_mistake"] == MISTAKE and rows[2]["new_message"] == "All hidden checks passed."
     assert all(r["new_message"] for r in rows)
 
@@ -90,7 +93,7 @@ def test_regrade_prints_who_gained_or_lost_what_and_why(regraded):
     assert (f"Regraded 4 submissions of {A} with hidden checks {new} (1 without an earlier report); "
             "0 were current and skipped.") in printed
     assert "\nada_solution: -1 point\n  softmax_stable: 1 (passed) -> 0 (failed): " in printed
-    assert ("\ncy_mistake: +0 points\n  softmax_stable: 1 (passed) -> 0 (failed): " in printed
+    assert ("\ncy_mistake: -1 point\n  softmax_stable: 1 (passed) -> 0 (failed): " in printed
             and "\n  causal_attention: 0 (failed) -> 1 (passed): All hidden checks passed.\n" in printed)
     assert "bo_blank:" not in printed.split("skipped.")[1] and "dee_cheater:" not in printed.split("skipped.")[1]
 

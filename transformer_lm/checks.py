@@ -19,9 +19,9 @@ from transformer_lm import mistakes as catalog
 from transformer_lm import reference
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, randomize  # noqa: F401 - randomize: notebooks
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
-from transformer_lm.kinds import (AttentionCheck, DecoderLoadCheck, GenerateCheck, LossCheck, ModuleCheck,
-                                  MultiheadLoadCheck, ParametersCheck, Prepared, TransferCheck,
-                                  attention_function_candidates, function_check)
+from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoadCheck, GenerateCheck, LossCheck,
+                                  ModuleCheck, MultiheadLoadCheck, ParametersCheck, Prepared, TransferCheck,
+                                  attention_function_candidates, function_check, sampling_check)
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
 from transformer_lm.source_scan import mentioned_names
@@ -155,6 +155,22 @@ def check_generate(cls, config: reference.GPTConfig, *, batch: int = 2, prompt: 
     ``use_cache=True``, the model runs on the tokens per step that a cache runs on."""
     check = GenerateCheck(cls.__name__, asdict(config), batch, prompt, max_new_tokens, call_kwargs)
     return _run(f"{cls.__name__}.generate", _seeded(check, seed), {cls.__name__: cls})
+
+
+def check_cached_forward(cls, config: reference.GPTConfig, *, batch: int = 2, seq: int = 5, prefix: int = 2,
+                         seed: int = 0) -> Verdict:
+    """Visible check of ``forward(idx, kv_cache=...)``: the first ``prefix`` tokens, then one token
+    per call with the cache, give the logits of the whole sequence run at once."""
+    check = CachedForwardCheck(cls.__name__, asdict(config), batch, seq, prefix)
+    return _run(f"{cls.__name__}.forward with a KV cache", _seeded(check, seed), {cls.__name__: cls})
+
+
+def check_sampling(fn, logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                   draws: int = 4000) -> Verdict:
+    """Visible check of a sampler ``fn(logits, temperature, top_k)``: ``draws`` tokens from each
+    row of ``logits`` ``(rows, vocab)`` follow softmax(logits / temperature) over the top_k."""
+    prepared = sampling_check(fn.__name__, logits, temperature, top_k, draws)
+    return _run(fn.__name__, prepared, {fn.__name__: fn})
 
 
 # --------------------------------------------------------------------------------------

@@ -107,9 +107,9 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     """Compares a probe's record with the expected one: output, then weights, then gradients.
     ``values=False`` keeps expected values out of the message (for hidden checks)."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
-    # A mistake that gives the right output here cannot be what went wrong.
+    # A mistake that gives the expected record here cannot be what went wrong.
     candidates = {m: r for m, r in (candidates or {}).items()
-                  if "output" not in r or difference("output", r["output"], expected["output"], rtol, atol)}
+                  if any(k in expected and difference(k, v, expected[k], rtol, atol) for k, v in r.items())}
     for key in order:
         if key not in got:
             return Verdict("failed", f"{key} was not produced.")
@@ -120,8 +120,9 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
         return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
                        catalog.BY_NAME["dropout_in_eval"])
     gradients = any(k.startswith("grad.") for k in expected)
-    return Verdict("passed", "Correct: " + ("outputs and gradients match" if gradients else "the output matches")
-                   + " the reference.")
+    what = "outputs and gradients match" if gradients else \
+        "the output matches" if "output" in expected else f"the {' and '.join(expected)} match"
+    return Verdict("passed", f"Correct: {what} the reference.")
 
 
 def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]]) -> Verdict:

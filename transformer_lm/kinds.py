@@ -112,15 +112,19 @@ def _reference_forward(case: AttentionCase, weights: AttentionWeights, x: torch.
     return att.output, att.weights
 
 
-def _mistake_candidates(case: AttentionCase, tensors: CaseTensors) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
-    """The output each mistake this case can reveal gives on its tensors (dropout left on shows
-    by two calls giving two outputs, not here)."""
+def _mistake_candidates(case: AttentionCase, tensors: CaseTensors,
+                        api: AttentionAPI | None = None) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """The output each mistake this case can reveal gives on its tensors, and its attention
+    weights where ``api`` returns them (dropout left on shows by two calls giving two outputs,
+    not here)."""
     candidates = {}
     for mistake in catalog.revealed_by(case.features):
         with torch.no_grad():
-            out, _ = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
-                                                         attn_mask=tensors.mask, causal=case.causal)
+            out, probs = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+                                                             attn_mask=tensors.mask, causal=case.causal)
         candidates[mistake] = {"output": out}
+        if api is not None and api.weights_layout is not None:
+            candidates[mistake]["weights"] = api.weights_layout(probs, case)
     return candidates
 
 
@@ -142,7 +146,7 @@ def attention_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTenso
     grads = weights.map(lambda t: t.grad)
     expected.update({f"grad.{name}": g for name, g in api.state(grads, case).items()})
 
-    candidates = _mistake_candidates(case, tensors)
+    candidates = _mistake_candidates(case, tensors, api)
     inputs = {"x": tensors.x}
     if api.mask_arg is not None and tensors.mask is not None:
         inputs[api.mask_arg] = tensors.mask
@@ -263,8 +267,8 @@ def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], genera
 
 def generate_records(config: reference.GPTConfig, generator: torch.Generator, batch: int, prompt: int,
                      max_new_tokens: int):
-    """A reference GPT's weights, a prompt, its greedy continuation (``top_k=1``) and, as
-    ``tokens_per_call``, the tokens each call of the model runs on when it uses a KV cache."""
+    """A reference GPT (in eval mode), its weights, a prompt, its greedy continuation (``top_k=1``)
+    and, as ``tokens_per_call``, the tokens each call of the model runs on when it uses a KV cache."""
     model = randomize(reference.GPT(config), generator, scale=0.5).eval()
     for module in model.modules():  # random LayerNorm biases would push every position to one token
         if isinstance(module, torch.nn.LayerNorm):
@@ -275,7 +279,74 @@ def generate_records(config: reference.GPTConfig, generator: torch.Generator, ba
         model.generate(idx, max_new_tokens, top_k=1, use_cache=True)
     expected["tokens_per_call"] = torch.tensor(seen, dtype=torch.long)
     state = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return state, idx, expected
+    return model, state, idx, expected
+
+
+def cached_logits(model: reference.GPT, idx: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The reference GPT's logits with its KV cache, as :func:`probes.probe_cached_forward` records
+    a student's: the last of the first ``prefix`` tokens, then one token per call."""
+    cache: list = []
+    with torch.no_grad():
+        steps = [model(idx[:, :prefix], cache=cache)[0][:, -1:]]
+        for position in range(prefix, idx.shape[1]):
+            steps.append(model(idx[:, position:position + 1], cache=cache)[0])
+    return torch.cat(steps, dim=1)
+
+
+SAMPLING_SIGMAS = 6.0
+"""How far a token's frequency may stray from its probability, in standard errors: a right sampler
+strays further about once in a hundred million tokens checked."""
+
+
+def frequency_misfit(frequencies: torch.Tensor, probabilities: torch.Tensor, draws: int) -> tuple[int, int] | None:
+    """The ``(row, token)`` whose frequency in ``draws`` draws per row does not fit its probability
+    (drawn although its probability is 0, or further than :data:`SAMPLING_SIGMAS` standard errors
+    from it), the worst first; None when every one fits."""
+    p = probabilities.double()
+    bound = SAMPLING_SIGMAS * torch.sqrt(p * (1 - p) / draws) + 1.0 / draws
+    excess = (frequencies.double() - p).abs() - bound
+    excess = torch.where((p == 0) & (frequencies > 0), torch.inf, excess)
+    if bool((excess <= 0).all()):
+        return None
+    row, token = divmod(int(torch.argmax(excess)), p.shape[-1])
+    return row, token
+
+
+def sampling_check(name: str, logits: torch.Tensor, temperature: float, top_k: int | None, draws: int) -> Prepared:
+    """The check of a sampler ``name(logits, temperature, top_k)``: ``draws`` tokens from each row
+    of ``logits`` ``(rows, vocab)``, in one call on the rows repeated, must follow
+    :func:`reference.sampling_probabilities`; a catalogued sampling mistake that they follow
+    instead is named."""
+    rows, vocab = logits.shape
+    expected = reference.sampling_probabilities(logits, temperature, top_k)
+    candidates = {mistake: catalog.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
+                  for mistake in catalog.generation_mistakes("sampling")}
+    candidates = {mistake: q for mistake, q in candidates.items() if frequency_misfit(q, expected, draws)}
+    repeated = logits.repeat_interleave(draws, dim=0)   # row r fills draws r * draws .. (r + 1) * draws - 1
+    call = f"{name}(logits of shape {tuple(repeated.shape)}, temperature={temperature}, top_k={top_k})"
+
+    def judge_draws(record, value, values) -> Verdict:
+        got = record.get("output")
+        if got is None or tuple(got.shape) != (rows * draws, 1):
+            shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+            return Verdict("failed", f"{call} returned {shape}; expected {(rows * draws, 1)}: one token id per row.")
+        if got.is_floating_point() or bool(((got < 0) | (got >= vocab)).any()):
+            return Verdict("failed", f"{call} returned values that are not token ids 0..{vocab - 1}.")
+        frequencies = torch.nn.functional.one_hot(got.long().view(rows, draws), vocab).sum(dim=1) / draws
+        misfit = frequency_misfit(frequencies, expected, draws)
+        if misfit is None:
+            return Verdict("passed", f"Correct: {draws} draws per row follow softmax(logits / temperature) over the "
+                                     "top_k largest logits.")
+        row, token = misfit
+        shown = f"; its probability is {expected[row, token].item():.3f}" if values else ""
+        mistake = next((m for m, q in candidates.items() if frequency_misfit(frequencies, q, draws) is None), None)
+        return Verdict("failed", f"{call}: in row {row} of the logits, token {token} was drawn with frequency "
+                                 f"{frequencies[row, token].item():.3f} in {draws} draws{shown}, too far from "
+                                 "softmax(logits / temperature) over the top_k largest logits.", mistake)
+
+    return Prepared(ProbeCall.of(probes.probe_sampler, {"fn": name},
+                                 {"logits": repeated, "call_kwargs": {"temperature": temperature, "top_k": top_k}}),
+                    judge_draws)
 
 
 # --------------------------------------------------------------------------------------
@@ -287,17 +358,26 @@ def generate_records(config: reference.GPTConfig, generator: torch.Generator, ba
 class AttentionCheck:
     """Builds the student's attention class for ``case``, loads reference weights into it,
     and compares outputs (and attention weights where returned) and gradients of the
-    input and of every parameter with the reference, naming catalogued mistakes."""
+    input and of every parameter with the reference, naming catalogued mistakes.
+
+    ``judges`` limits the comparison to some of the record (``("weights",)``: the step that
+    makes the attention weights), for items that grade one step of a class that later items
+    grade too; empty, it judges everything."""
 
     object: str
     api: AttentionAPI
     case: AttentionCase
+    judges: tuple[str, ...] = ()
     records = staticmethod(attention_records)  # (api, case, tensors) -> arguments, expected, candidates
     probe = staticmethod(probes.probe_module)
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         tensors = make_case_tensors(self.case, generator)
         arguments, expected, candidates = self.records(self.api, self.case, tensors)
+        if self.judges:
+            expected = {key: value for key, value in expected.items() if key in self.judges}
+            candidates = {mistake: kept for mistake, record in candidates.items()
+                          if (kept := {key: value for key, value in record.items() if key in self.judges})}
         return Prepared(ProbeCall.of(self.probe, {"cls": self.object}, arguments), _judge_record(expected, candidates))
 
 
@@ -519,8 +599,12 @@ class GenerateCheck:
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         cfg = reference.GPTConfig(**self.config)
-        state, idx, records = generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
+        model, state, idx, records = generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
         expected, steps = records["output"], records["tokens_per_call"]
+        cached = bool(self.call_kwargs.get("use_cache"))
+        candidates = {mistake: catalog.flawed_greedy_tokens(model, idx, self.max_new_tokens, cached, mistake.flaws)
+                      for mistake in catalog.generation_mistakes("cache" if cached else "generation")}
+        candidates = {mistake: tokens for mistake, tokens in candidates.items() if not torch.equal(tokens, expected)}
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx,
                      "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}}
         call = "generate(idx, max_new_tokens, top_k=1" + "".join(
@@ -549,6 +633,7 @@ class GenerateCheck:
             if not torch.equal(got[:, :self.prompt], idx):
                 return Verdict("failed", f"{call} returned a tensor that does not start with the prompt; it must "
                                          "return the prompt followed by the new tokens.")
+            mistake = next((m for m, tokens in candidates.items() if torch.equal(got, tokens)), None)
             first = int((got != expected).any(dim=0).nonzero()[0])
             outgrown = ""
             if first >= cfg.block_size:
@@ -560,6 +645,61 @@ class GenerateCheck:
             return Verdict("failed", f"{call}: the greedy tokens differ from the reference's from new token "
                                      f"{first - self.prompt + 1} of {new} on.{outgrown} Generation runs your "
                                      "whole model: if the checks of the attention, the block or GPT.forward fail, "
-                                     "fix those first.")
+                                     "fix those first.", mistake)
 
         return Prepared(ProbeCall.of(probes.probe_generate, {"cls": self.object}, arguments), judge_tokens)
+
+
+@dataclass(frozen=True)
+class SamplingCheck:
+    """The student's sampler ``object(logits, temperature, top_k)`` draws ``draws`` tokens from
+    each of ``rows`` rows of random logits over ``vocab`` tokens, in one call under a fixed seed;
+    their frequencies must follow the reference's distribution (:func:`sampling_check`)."""
+
+    object: str
+    vocab: int
+    temperature: float
+    top_k: int | None = None
+    rows: int = 3
+    draws: int = 4000
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        logits = torch.randn(self.rows, self.vocab, generator=generator) * 2.0
+        return sampling_check(self.object, logits, self.temperature, self.top_k, self.draws)
+
+
+@dataclass(frozen=True)
+class CachedForwardCheck:
+    """The student's GPT with a randomized reference model's weights: its logits for the tokens
+    after a ``prefix`` run with the KV cache, one token per call, must be those of the whole
+    sequence run at once (:func:`probes.probe_cached_forward`); positions that start at 0 again
+    after the cache are named."""
+
+    object: str
+    config: dict
+    batch: int
+    seq: int
+    prefix: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        cfg = reference.GPTConfig(**self.config)
+        model = randomize(reference.GPT(cfg), generator).eval()
+        idx = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
+        with torch.no_grad():
+            expected = {"cached": model(idx)[0][:, self.prefix - 1:]}
+        candidates = {mistake: {"cached": cached_logits(catalog.flawed_model(model, mistake.flaws), idx, self.prefix)}
+                      for mistake in catalog.generation_mistakes("cache")}
+        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        arguments = {"init": {"config": self.config}, "state": state, "idx": idx, "prefix": self.prefix}
+
+        def judge_cached(record, value, values) -> Verdict:
+            verdict = judge(record, expected, candidates, values=values)
+            if verdict.passed:
+                verdict.message = "Correct: with the KV cache, the logits are those of the whole sequence run at once."
+            else:
+                verdict.message = (f"forward(idx, kv_cache=...) on the first {self.prefix} of {self.seq} tokens, then "
+                                   f"on one token per call, must give the logits of the whole sequence run at once: "
+                                   + verdict.message.replace("cached", "the logits with the cache", 1))
+            return verdict
+
+        return Prepared(ProbeCall.of(probes.probe_cached_forward, {"cls": self.object}, arguments), judge_cached)

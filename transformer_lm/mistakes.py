@@ -1,9 +1,12 @@
 """The catalog of typical attention mistakes, as code.
 
-Each mistake is a set of :class:`Flaws` applied to :func:`flawed_multi_head_attention`, a
-deliberately breakable twin of :func:`transformer_lm.reference.multi_head_attention` built
-from the reference's own pieces. With no flaws the twin equals the reference (a test holds
-it to that), so every mistake differs from the right answer in exactly one way.
+Each attention mistake is a set of :class:`Flaws` applied to :func:`flawed_multi_head_attention`,
+a deliberately breakable twin of :func:`transformer_lm.reference.multi_head_attention` built
+from the reference's own pieces. Each mistake of sampling and generation is a set of
+:class:`GenerationFlaws`, applied to :func:`flawed_sampling_probabilities` and
+:func:`flawed_model`, twins of the reference's sampling and GPT. With no flaws the twins equal
+the reference (tests hold them to that), so every mistake differs from the right answer in
+exactly one way.
 
 Two users:
 
@@ -14,6 +17,7 @@ Two users:
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -40,6 +44,17 @@ class Flaws:
 
 
 @dataclass(frozen=True)
+class GenerationFlaws:
+    """Ways sampling and generation with minGPT can go wrong; the defaults are all correct."""
+
+    temperature: str = "divide"  # "multiply"; or "ignore" (dividing the probabilities does that too)
+    greedy: bool = False  # the most likely token every time, whatever the temperature
+    top_k_unmapped: bool = False  # the position drawn among the top k used as the token id
+    crop_first: bool = False  # the context cropped to its first block_size tokens, not its last
+    positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+
+
+@dataclass(frozen=True)
 class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
@@ -50,7 +65,7 @@ class Mistake:
     name: str
     title: str
     hint: str
-    flaws: Flaws
+    flaws: Flaws | GenerationFlaws
     shows_with: frozenset[str] = frozenset()
 
     def visible_in(self, features: set[str] | frozenset[str]) -> bool:
@@ -60,10 +75,16 @@ class Mistake:
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
-    return [mistake for mistake in CATALOG if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+    return [mistake for mistake in ATTENTION if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
 
 
-CATALOG: tuple[Mistake, ...] = (
+def generation_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of sampling and generation that show in ``"sampling"``, in
+    ``"generation"`` (greedy tokens without a cache) or in ``"cache"`` (with a KV cache)."""
+    return [mistake for mistake in GENERATION if shows_with in mistake.shows_with]
+
+
+ATTENTION: tuple[Mistake, ...] = (
     Mistake(
         "softmax_wrong_dim", "softmax over the wrong dimension",
         "Each query's weights over the keys must sum to 1, so apply the softmax over the last "
@@ -141,6 +162,48 @@ CATALOG: tuple[Mistake, ...] = (
         Flaws(dropout_in_eval=0.5), frozenset({"dropout"}),
     ),
 )
+
+GENERATION: tuple[Mistake, ...] = (
+    Mistake(
+        "sampling_greedy", "the most likely token every time instead of a draw",
+        "sample_next_token draws from the distribution: softmax of logits / temperature over the top_k, then "
+        "torch.multinomial(probs, num_samples=1). argmax is the special case top_k=1, not the rule.",
+        GenerationFlaws(greedy=True), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "temperature_multiplied", "the logits multiplied by the temperature instead of divided",
+        "Divide the logits by the temperature: a temperature below 1 sharpens the distribution, above 1 "
+        "flattens it. Multiplying does the opposite.",
+        GenerationFlaws(temperature="multiply"), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "temperature_ignored", "the temperature changes nothing",
+        "Divide the logits by the temperature before the softmax. Dividing the probabilities after it "
+        "changes nothing: torch.multinomial renormalises them.",
+        GenerationFlaws(temperature="ignore"), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "top_k_index_not_mapped", "the position among the top k returned as the token",
+        "torch.topk returns (values, indices): a draw among the top k values gives a position 0..k-1; "
+        "map it back to the token id with indices.gather(-1, position), or mask the other logits with -inf "
+        "and draw from the whole vocabulary.",
+        GenerationFlaws(top_k_unmapped=True), frozenset({"sampling", "generation", "cache"}),
+    ),
+    Mistake(
+        "context_cropped_to_first_tokens", "the context cropped to its first block_size tokens",
+        "When the sequence outgrows block_size, the model reads its last block_size tokens, idx[:, "
+        "-block_size:], the ones just before the token to predict; idx[:, :block_size] keeps the oldest.",
+        GenerationFlaws(crop_first=True), frozenset({"generation", "cache"}),
+    ),
+    Mistake(
+        "cache_positions_not_offset", "positions start at 0 again for the tokens after the cache",
+        "With a KV cache, the new tokens come after the cached ones: their position embeddings are "
+        "pos_emb[:, start:start + T], where start is the number of cached tokens, not pos_emb[:, :T].",
+        GenerationFlaws(positions_from_zero=True), frozenset({"cache"}),
+    ),
+)
+
+CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION
 
 BY_NAME = {mistake.name: mistake for mistake in CATALOG}
 
@@ -221,3 +284,38 @@ def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch
         return block(x)[0]
     finally:
         block.attn = attention
+
+
+def flawed_sampling_probabilities(logits: torch.Tensor, temperature: float, top_k: int | None,
+                                  flaws: GenerationFlaws) -> torch.Tensor:
+    """What ``sample_next_token`` with ``flaws`` draws from, per row of ``logits`` ``(B, vocab)``:
+    :func:`transformer_lm.reference.sampling_probabilities` as a student might write it."""
+    if flaws.greedy:
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    scaled = {"divide": logits / temperature, "multiply": logits * temperature, "ignore": logits}[flaws.temperature]
+    probs = reference.sampling_probabilities(scaled, 1.0, top_k)
+    if flaws.top_k_unmapped and top_k is not None:  # position i among the top k, largest first, drawn as token i
+        top = torch.topk(probs, min(top_k, probs.shape[-1])).values
+        probs = F.pad(top, (0, probs.shape[-1] - top.shape[-1]))
+    return probs
+
+
+def flawed_model(model: reference.GPT, flaws: GenerationFlaws) -> reference.GPT:
+    """The reference GPT ``model`` (its weights, shared) with its context window and positions as a
+    student might write them; its greedy ``generate(..., top_k=1)`` then gives that student's
+    tokens. (A top-k position drawn as the token id makes greedy decoding pick token 0.)"""
+    flawed = copy.copy(model)  # the same layers; only these two steps change
+    if flaws.crop_first:
+        flawed.context_window = lambda idx: idx[:, :model.config.block_size]
+    if flaws.positions_from_zero:
+        flawed.position_embeddings = lambda start, length: model.pos_emb[:, :length]
+    return flawed
+
+
+def flawed_greedy_tokens(model: reference.GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool,
+                         flaws: GenerationFlaws) -> torch.Tensor:
+    """The tokens that greedy generation with ``flaws`` gives: ``generate(idx, max_new_tokens,
+    top_k=1, use_cache=...)`` of :func:`flawed_model`."""
+    if flaws.top_k_unmapped:
+        return torch.cat([idx, torch.zeros(idx.shape[0], max_new_tokens, dtype=idx.dtype)], dim=1)
+    return flawed_model(model, flaws).generate(idx, max_new_tokens, top_k=1, use_cache=use_cache)

@@ -306,6 +306,15 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def position_embeddings(self, start: int, length: int) -> torch.Tensor:
+        """The embeddings ``(1, length, C)`` of positions ``start .. start + length - 1``: with a KV
+        cache, the new tokens come after the ``start`` cached ones."""
+        return self.pos_emb[:, start:start + length]
+
+    def context_window(self, idx: torch.Tensor) -> torch.Tensor:
+        """What the model reads of ``idx`` ``(B, T)``: its last ``block_size`` tokens."""
+        return idx[:, -self.config.block_size:]
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list | None = None):
         """``idx`` ``(B, T)`` token ids -> logits ``(B, T, vocab)`` and the mean cross-entropy
         against ``targets`` (None without targets; target -1 is ignored).
@@ -317,7 +326,7 @@ class GPT(nn.Module):
         seq = idx.shape[1]
         if past_len + seq > self.config.block_size:
             raise ValueError(f"{past_len + seq} tokens do not fit block_size={self.config.block_size}")
-        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, past_len:past_len + seq])
+        x = self.drop(self.tok_emb(idx) + self.position_embeddings(past_len, seq))
         pasts = list(cache) if cache else [None] * len(self.blocks)
         presents = []
         for block, past in zip(self.blocks, pasts):
@@ -343,7 +352,7 @@ class GPT(nn.Module):
         """
         cache: list = []
         for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size:]
+            context = self.context_window(idx)
             cached_len = cache[0][0].shape[-2] if cache else 0
             if not use_cache or cached_len + 1 > self.config.block_size or cached_len == 0:
                 cache = []
@@ -354,15 +363,22 @@ class GPT(nn.Module):
         return idx
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """Draws one token id per row of ``logits`` ``(B, vocab)`` -> ``(B, 1)``."""
-    if top_k == 1:
-        return logits.argmax(dim=-1, keepdim=True)
+def sampling_probabilities(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """The distribution a token is drawn from, per row of ``logits`` ``(B, vocab)``: the softmax of
+    ``logits / temperature`` over the ``top_k`` largest logits of the row (all of them without
+    ``top_k``); the others get probability 0."""
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), num_samples=1)
+    return torch.softmax(logits, dim=-1)
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
+    """Draws one token id per row of ``logits`` ``(B, vocab)`` -> ``(B, 1)``."""
+    if top_k == 1:
+        return logits.argmax(dim=-1, keepdim=True)
+    return torch.multinomial(sampling_probabilities(logits, temperature, top_k), num_samples=1)
 
 
 def gradient_fingerprint(grads: AttentionWeights) -> list[int]:

@@ -53,16 +53,16 @@ ITEMS = [
     Item("self_attention_v1", 1, (
         AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 7, 5, 4, bias=False)),
         AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 1, 3, 2, bias=False)),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("SelfAttention_v1",)),
     Item("self_attention_v2", 1, (
         AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 7, 5, 4, bias=False)),
         AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 4, 6, 3, bias=True)),
         AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 1, 2, 5, bias=False)),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("SelfAttention_v2",)),
     Item("transfer_weights", 1, (
         TransferCheck("transfer_weights", "SelfAttention_v2", adapters.SELF_ATTENTION_V2,
                       "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 6, 5, 3, bias=False)),
-    )),
+    ), builds_on=("self_attention_v1", "self_attention_v2")),
     Item("causal_attention", 1, (
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
                        AttentionCase(3, 7, 5, 4, causal=True, bias=False, context_length=9)),
@@ -70,16 +70,16 @@ ITEMS = [
                        AttentionCase(2, 1, 3, 2, causal=True, bias=True)),
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
                        AttentionCase(2, 5, 4, 3, causal=True, bias=False, dropout=0.5)),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("CausalAttention",)),
     Item("multihead_wrapper", 1, (
         AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
                        AttentionCase(2, 6, 5, 6, num_heads=3, causal=True, bias=False, context_length=8)),
         AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
                        AttentionCase(1, 4, 3, 2, num_heads=1, causal=True, bias=True)),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("MultiHeadAttentionWrapper",), builds_on=("causal_attention",)),
     Item("two_dim_wrapper", 1, (
         FactoryCheck("two_dim_wrapper", {"d_in": 5, "context_length": 7}, (2, 7, 5), two_dimensional),
-    )),
+    ), builds_on=("multihead_wrapper",)),
     Item("multihead_attention", 2, (
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
                        AttentionCase(2, 6, 5, 8, num_heads=4, causal=True, bias=False, out_proj=True,

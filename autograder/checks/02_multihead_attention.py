@@ -7,8 +7,11 @@ input and of every layer and, for ``MultiHeadSelfAttention``, the probabilities 
 the ``(batch * num_heads, seq, seq)`` layout (the adapter's ``weights_layout``). Inputs come
 from the course's secret seed.
 
-Three items grade the one ``MultiHeadSelfAttention`` answer cell: the scores (no mask), the
-causal mask, and the output with dropout in eval mode plus the ``ValueError``. The PEP 8
+Three items grade the one ``MultiHeadSelfAttention`` answer cell, each its own step as seed
+003's rubric splits them: the scores item judges the attention weights without a mask, the mask
+item the weights under the causal mask, and the output item the output and every gradient (with
+dropout in eval mode) plus the ``ValueError``. A mistake in the weights that the output shows too
+is charged once, to the item of its step (:mod:`autograder.spec`). The PEP 8
 deduction of each task comes off its first ``forward`` item: ``self_attention_forward`` and
 ``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
 """
@@ -33,10 +36,16 @@ def linear_layers(names, input_size, hidden):
     return shapes
 
 
-def mha(batch, seq, d_in, hidden, num_heads, **switches):
+def mha(batch, seq, d_in, hidden, num_heads, judges=(), **switches):
     """A ``MultiHeadSelfAttention`` case: ``mix`` is the output projection."""
     return AttentionCheck("MultiHeadSelfAttention", MHA,
-                          AttentionCase(batch, seq, d_in, hidden, num_heads=num_heads, out_proj=True, **switches))
+                          AttentionCase(batch, seq, d_in, hidden, num_heads=num_heads, out_proj=True, **switches),
+                          judges)
+
+
+def weights_of(batch, seq, d_in, hidden, num_heads, **switches):
+    """A case that judges only the attention weights: the step of the scores and mask items."""
+    return mha(batch, seq, d_in, hidden, num_heads, judges=("weights",), **switches)
 
 
 ITEMS = [
@@ -51,15 +60,15 @@ ITEMS = [
         AttentionCheck("SelfAttention", SA, AttentionCase(2, 4, 3, 32)),   # wide: unscaled scores saturate
     ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1),
     Item("mha_scores", 3, (
-        mha(2, 6, 5, 8, 4),
-        mha(3, 4, 6, 6, 1),     # one head: head_size == hidden
-        mha(2, 1, 3, 6, 3),     # a single token
-        mha(1, 7, 4, 12, 6),    # a batch of one, many small heads
+        weights_of(2, 6, 5, 8, 4),
+        weights_of(3, 4, 6, 6, 1),     # one head: head_size == hidden
+        weights_of(2, 1, 3, 6, 3),     # a single token
+        weights_of(1, 7, 4, 12, 6),    # a batch of one, many small heads
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention", style_deduction=1),
     Item("mha_causal_mask", 1, (
-        mha(2, 6, 5, 8, 2, causal=True),
-        mha(3, 1, 4, 6, 3, causal=True),    # a single token sees only itself
-        mha(1, 7, 3, 4, 1, causal=True),
+        weights_of(2, 6, 5, 8, 2, causal=True),
+        weights_of(3, 1, 4, 6, 3, causal=True),    # a single token sees only itself
+        weights_of(1, 7, 3, 4, 1, causal=True),
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
     Item("mha_output", 2, (
         mha(2, 5, 4, 6, 3, dropout=0.5),               # eval mode: dropout must change nothing

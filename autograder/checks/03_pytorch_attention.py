@@ -77,25 +77,25 @@ ITEMS = [
         attention_function((), 1, 1, 2, 3, mask="bool"),                       # one query, one key
         attention_function((2,), 1, 5, 4, 2, mask="bool", mask_lead=(2,)),     # one query; a mask per batch entry
         attention_function((2, 2), 6, 4, 6, 1, mask="bool", mask_lead=(2, 1)),  # a mask per sequence, shared by heads
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("my_attention",)),
     Item("self_attention_head", 2, (
         head(3, 6, 8, 4),                    # qk_dim narrower than model_dim
         head(2, 5, 6, 6, mask="bool"),
         head(None, 4, 5, 7, mask="float"),   # one sequence, qk_dim wider than model_dim
         head(2, 1, 4, 2, mask="bool"),       # a single token
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, builds_on=("my_attention",)),
     Item("multiheaded_self_attention", 3, (
         multihead(2, 7, 12, 3),
         multihead(3, 5, 8, 2, mask="bool"),
         multihead(2, 6, 6, 1, mask="float"),   # a single head
         multihead(1, 1, 8, 4, mask="bool"),    # a single token
         multihead(2, 4, 8, 8),                 # heads of width 1
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("MultiheadedSelfAttention",), builds_on=("my_attention",)),
     Item("transformer_decoder_layer", 2, (
         decoder(2, 6, 12, 3, 20, norm_first=False),
         decoder(3, 5, 8, 2, 16, norm_first=True),
         decoder(1, 1, 8, 1, 8, norm_first=False),                # a single token, a single head
         decoder(2, 7, 8, 1, 12, norm_first=True, dropout=0.2),   # dropout must do nothing in eval mode
         decoder(2, 4, 6, 2, 10, norm_first=False, dropout=0.2),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, builds_on=("multiheaded_self_attention",)),
 ]

@@ -8,7 +8,9 @@ from the notebook's: other widths, one head and several, a single token, sequenc
 ``block_size``, dropout switched on with the module in eval mode.
 
 Blocks and models get the reference's randomized weights by parameter name; the loss is
-checked with targets of -1 among them. Generation is greedy (``top_k=1``) against the
+checked with targets of -1 among them, and the forward pass with a KV cache against the whole
+sequence run at once. ``sample_next_token`` draws thousands of tokens from random logits,
+whose frequencies must follow the reference's distribution. Generation is greedy (``top_k=1``) against the
 reference, with prompts longer than ``block_size`` (cropping) and generations that outgrow it
 (the cache must restart), under weights whose greedy tokens depend on the context (see
 :class:`transformer_lm.kinds.GenerateCheck`). Inputs come from the course's secret seed.
@@ -21,7 +23,8 @@ import torch
 from autograder.spec import Item
 from transformer_lm import adapters, reference
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import AttentionCheck, GenerateCheck, LossCheck, ModuleCheck
+from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, GenerateCheck, LossCheck, ModuleCheck,
+                                  SamplingCheck)
 
 LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
                      "torch.nn.functional.multi_head_attention_forward")
@@ -62,28 +65,33 @@ ITEMS = [
         attention(3, 5, 6, 1),
         attention(2, 1, 8, 2, context_length=4),
         attention(2, 6, 12, 3, dropout=0.3),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("MultiHeadSelfAttention",)),
     Item("block", 1, (
         block(dict(n_embd=12, n_head=3, block_size=8), 2, 6),
         block(dict(n_embd=6, n_head=1, block_size=3), 3, 1),
         block(dict(n_embd=8, n_head=2, block_size=5, attn_pdrop=0.3, resid_pdrop=0.3), 2, 5),
-    ), forbids=LIBRARY_ATTENTION),
+    ), forbids=LIBRARY_ATTENTION, defines=("Block",), builds_on=("mingpt_attention",)),
     Item("gpt", 2, (
         gpt(SMALL, 2, 6),
         gpt(ONE_HEAD, 3, 5),
         gpt(DROPOUT, 2, 4),
         LossCheck("GPT", config(**SMALL), 3, 7),
-    ), forbids=LIBRARY_ATTENTION),
+        CachedForwardCheck("GPT", config(**SMALL), 2, 7, 3),   # the cache: positions go on after it
+        CachedForwardCheck("GPT", config(**DEEP), 3, 6, 1),
+    ), forbids=LIBRARY_ATTENTION, defines=("GPT",), builds_on=("block",)),
     Item("generate", 2, (
+        SamplingCheck("sample_next_token", 8, temperature=0.6),
+        SamplingCheck("sample_next_token", 10, temperature=1.7, top_k=4),
+        SamplingCheck("sample_next_token", 5, temperature=0.8, top_k=2),
         GenerateCheck("GPT", config(**SMALL), 4, 4, 8),      # grows past block_size
         GenerateCheck("GPT", config(**ONE_HEAD), 4, 3, 8),
         GenerateCheck("GPT", config(**DEEP), 4, 9, 4),       # the prompt alone is longer than block_size
-    )),
+    ), defines=("sample_next_token", "generate_tokens"), builds_on=("gpt",)),
     # Equality with the reference's tokens (made without a cache). The grader cannot tell whether the
     # cache is used at all; the visible check counts the tokens the model sees at each step.
     Item("kv_cache", 2, (
         GenerateCheck("GPT", config(**SMALL), 4, 3, 4, {"use_cache": True}),     # the cache fits
         GenerateCheck("GPT", config(**ONE_HEAD), 4, 2, 10, {"use_cache": True}),  # it fills up, restarts
         GenerateCheck("GPT", config(**DEEP), 4, 8, 8, {"use_cache": True}),      # cropped prompt, 3 blocks
-    )),
+    ), builds_on=("gpt", "generate")),
 ]

@@ -179,6 +179,33 @@ def probe_generate(cls, init: dict, state: dict[str, torch.Tensor], idx: torch.T
     return {"output": plain(tokens), "tokens_per_call": torch.tensor(seen, dtype=torch.long)}
 
 
+def probe_cached_forward(cls, init: dict, state: dict[str, torch.Tensor], idx: torch.Tensor,
+                         prefix: int) -> dict[str, torch.Tensor]:
+    """Builds the student's GPT with ``state``, in eval mode, and records its logits for ``idx``
+    ``(B, T)`` run whole (``output``) and run with a KV cache (``cached``, ``(B, T - prefix + 1,
+    vocab)``): the first ``prefix`` tokens (their last position's logits), then one token per call.
+    The cache is minGPT's: a list of one dict per block, empty at the start."""
+    torch.manual_seed(0)
+    model = build(cls, init)
+    load_parameters(model, state)
+    model.eval()
+    with torch.no_grad():
+        whole = _split_result(model(idx))[0]
+        cache = [{} for _ in model.blocks]
+        steps = [_split_result(model(idx[:, :prefix], kv_cache=cache))[0][:, -1:]]
+        for position in range(prefix, idx.shape[1]):
+            steps.append(_split_result(model(idx[:, position:position + 1], kv_cache=cache))[0])
+    return {"output": plain(whole), "cached": plain(torch.cat(steps, dim=1))}
+
+
+def probe_sampler(fn, logits: torch.Tensor, call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(logits, **call_kwargs)`` once, under a fixed seed and without gradients, and
+    records the tokens it draws."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return {"output": plain(fn(logits.clone(), **(call_kwargs or {})))}
+
+
 def probe_function(fn, inputs: dict[str, torch.Tensor], call_kwargs: dict | None = None,
                    grad_output: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Calls ``fn(*inputs, **call_kwargs)``; gradients flow to the floating-point inputs."""
@@ -233,8 +260,9 @@ def raised_exception(cls, init: dict) -> str | None:
     return None
 
 
-PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_function,
-                                              probe_transfer, probe_factory, parameter_shapes, raised_exception)}
+PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
+                                              probe_sampler, probe_function, probe_transfer, probe_factory,
+                                              parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
 
 
@@ -301,6 +329,12 @@ def trace_calls(names, cell_of):
     watch = _Watch(frozenset(names), cell_of)
     with _FunctionNames(watch), _OperatorNames(watch):
         yield watch.seen
+
+
+COURSE_CODE_FILE = "<the course's code>"
+"""The file name the course's reference and stand-ins run under in the sandbox (never a notebook cell)."""
+COURSE_CODE_CELL = -1
+"""What a trace records for a frame of the course's code: it owns the calls made inside it."""
 
 
 def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:

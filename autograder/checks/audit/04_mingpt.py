@@ -1,9 +1,12 @@
 """Audit bank of assignment 04 (minGPT): each item's catalogued mistakes, and correct answers
 written another way (see autograder/audit.py).
 
-Only the attention layer has catalogued mistakes; the block, the model, generation and the KV
-cache have none of their own (a summed loss, no cropping, a cache that slides are not in the
-catalogue), so they get correct alternatives only. Every answer cell holds the whole class or
+The attention layer has the catalogue's attention mistakes; the model has positions that start
+at 0 again after the KV cache; generation has the sampling mistakes (no draw, the temperature
+multiplied or ignored, a top-k position returned as the token) and a context cropped to its first
+tokens; the KV cache, whose given code and the model do the caching, has the same cropping
+mistake. The block has none of its own (a summed loss and a cache that slides are not in the
+catalogue either), so it gets correct alternatives only. Every answer cell holds the whole class or
 function, given lines included, so a mutant may touch the given lines too (the split of the heads,
 their merge, the output projection), as a student may.
 """
@@ -85,6 +88,28 @@ def mutants(answer):
             "merge_heads_without_transpose": attention((MERGE, "y = y.contiguous().view(B, T, C)")),
             "missing_output_projection": attention((RETURN, "return self.resid_drop(y)")),
             "dropout_in_eval": attention(("att = self.attn_drop(att)", "att = F.dropout(att, p=self.attn_drop.p)")),
+        },
+        "gpt": {
+            "cache_positions_not_offset": answer("gpt", ("positions = self.pos_emb[:, start:start + T, :]",
+                                                         "positions = self.pos_emb[:, :T, :]")),
+        },
+        "generate": {
+            "sampling_greedy": answer("generate", (SAMPLE, "    return logits.argmax(dim=-1, keepdim=True)\n")),
+            "temperature_multiplied": answer("generate", (TEMPERATURE, TEMPERATURE.replace("/", "*"))),
+            "temperature_ignored": answer(
+                "generate", (TEMPERATURE, ""),
+                (SAMPLE, "    probs = F.softmax(logits, dim=-1) / temperature\n"
+                         "    return torch.multinomial(probs, num_samples=1)\n")),
+            "top_k_index_not_mapped": answer(
+                "generate", (TOP_K, "    if top_k is not None:\n"
+                                    "        top = torch.topk(logits, min(top_k, logits.size(-1))).values\n"
+                                    "        return torch.multinomial(F.softmax(top, dim=-1), num_samples=1)\n")),
+            "context_cropped_to_first_tokens": answer(
+                "generate", ("context = idx[:, -model.config.block_size:]", "context = idx[:, :model.config.block_size]")),
+        },
+        "kv_cache": {
+            "context_cropped_to_first_tokens": answer(
+                "kv_cache", ("model(idx[:, -block_size:], kv_cache=kv_cache)", "model(idx[:, :block_size], kv_cache=kv_cache)")),
         },
     }
 
@@ -186,6 +211,11 @@ def alternatives(answer):
                          "        values, indices = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1)\n"
                          '        logits = torch.full_like(logits, float("-inf")).scatter(-1, indices, values)\n'
                          "    logits = logits / temperature\n")))),
+            ("a draw among the top k, mapped back with gather", generate(
+                (TOP_K, ("    if top_k is not None:\n"
+                         "        values, indices = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1)\n"
+                         "        position = torch.multinomial(F.softmax(values, dim=-1), num_samples=1)   # (B, 1)\n"
+                         "        return indices.gather(-1, position)                                    # (B, 1)\n")))),
             ("preallocated output, explicit cropping", generate((GENERATE_LOOP, (
                 "    B, T = idx.shape\n"
                 "    block_size = model.config.block_size\n"
