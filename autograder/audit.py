@@ -9,15 +9,19 @@ never silently drifts from the solution):
   (:mod:`transformer_lm.mistakes`), by the mistake's name;
 * ``alternatives(answer)``: for an item, correct answers written another way (einsum for
   matmul, loops, ``reshape`` for ``view``, another fill than ``-inf``, ...), by a short label;
+* ``library(answer)``: for an item that forbids a library call, answers that make it (by name, or
+  by a route the text does not show), by a short label: each must end ``forbidden``;
 
 and ``KNOWN_GAPS``, ``{(grade_id, name or label): why}``, for what the checks do not yet catch,
-name or keep, so that an exception is written down where it is made.
+name or keep, so that an exception is written down where it is made (``VISIBLE_GAPS`` likewise
+for the visible checks, which ``tests/test_visible_and_hidden_agree.py`` holds to the bank).
 
 Every bank answer is put into the solution notebook, in place of that item's answer cell, and
 the whole bank is graded as one class through the real pipeline (preflight, warm sandboxes,
 trusted comparison), with the course's own secret. Per item the audit counts the mutants that
 lose the item's points (caught) and whose feedback names their mistake (named), the alternatives
-that keep the points, and how many other items a mutant cost too (one mistake should cost once).
+that keep the points, the library calls refused, and how many other items a mutant cost too (one
+mistake should cost once).
 """
 
 from __future__ import annotations
@@ -46,19 +50,21 @@ from transformer_lm import mistakes  # noqa: E402
 
 @dataclass
 class Bank:
-    """An assignment's audit bank: item -> {mistake name: answer}, item -> [(label, answer)], and
-    the known gaps."""
+    """An assignment's audit bank: item -> {mistake name: answer}, item -> [(label, answer)] for
+    the alternatives and the library calls, and the known gaps."""
 
     mutants: dict[str, dict[str, str]]
     alternatives: dict[str, list[tuple[str, str]]]
+    library: dict[str, list[tuple[str, str]]]
     known_gaps: dict[tuple[str, str], str]
+    visible_gaps: dict[tuple[str, str], str] = field(default_factory=dict)  # tests/test_visible_and_hidden_agree.py
 
 
 @dataclass
 class Case:
     """One bank answer, graded: what it is, and the item results of its submission."""
 
-    kind: str  # "mutant" or "alternative"
+    kind: str  # "mutant", "alternative" or "library"
     grade_id: str
     label: str  # the mistake's name, or the alternative's label
     items: dict[str, ItemResult] = field(default_factory=dict)
@@ -88,6 +94,11 @@ class ItemAudit:
     grade_id: str
     mutants: list[Case]
     alternatives: list[Case]
+    library: list[Case] = field(default_factory=list)
+
+    @property
+    def refused(self) -> int:
+        return sum(case.item.status == "forbidden" for case in self.library)
 
     @property
     def caught(self) -> int:
@@ -129,7 +140,9 @@ def load_bank(course: Course, assignment: str, solution: dict) -> Bank:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     answer = answer_editor(solution)
-    bank = Bank(module.mutants(answer), module.alternatives(answer), getattr(module, "KNOWN_GAPS", {}))
+    library = module.library(answer) if hasattr(module, "library") else {}
+    bank = Bank(module.mutants(answer), module.alternatives(answer), library, getattr(module, "KNOWN_GAPS", {}),
+                getattr(module, "VISIBLE_GAPS", {}))
     unknown = sorted({name for by_name in bank.mutants.values() for name in by_name} - set(mistakes.BY_NAME))
     if unknown:
         raise GradingError(f"{path} names mistakes that are not in the catalogue: {unknown}")
@@ -165,7 +178,7 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
         prepared = Assignment.load(audit_course, assignment)
         answers = {item.grade_id: item.answer_id for items in prepared.items.values() for item in items}
         for kind, entries in (("mutant", {g: list(m.items()) for g, m in bank.mutants.items()}),
-                              ("alternative", bank.alternatives)):
+                              ("alternative", bank.alternatives), ("library", bank.library)):
             for grade_id, labelled in entries.items():
                 if grade_id not in answers:
                     raise GradingError(f"The audit bank of {assignment} names an item it does not have: {grade_id}")
@@ -181,8 +194,8 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
         graded = grade_class(audit_course, prepared, sorted(cases), isolation, progress)
     for result, _ in graded:
         cases[result.student].items = {item.grade_id: item for item in result.items}
-    audits = [ItemAudit(grade_id, [c for c in cases.values() if c.grade_id == grade_id and c.kind == "mutant"],
-                        [c for c in cases.values() if c.grade_id == grade_id and c.kind == "alternative"])
+    audits = [ItemAudit(*(grade_id, *([c for c in cases.values() if c.grade_id == grade_id and c.kind == kind]
+                                      for kind in ("mutant", "alternative", "library"))))
               for grade_id in answers]
     return audits, problems(audits, bank.known_gaps)
 
@@ -193,18 +206,20 @@ def _ratio(good: int, total: int) -> str:
 
 def table(audits: list[ItemAudit]) -> str:
     """The audit as a markdown table, a row per item and one for the whole assignment."""
-    rows = ["| item | mutants caught | mutants named | alternatives kept | mutants that cost other items |",
-            "|---|---|---|---|---|"]
+    rows = ["| item | mutants caught | mutants named | alternatives kept | library calls refused "
+            "| mutants that cost other items |", "|---|---|---|---|---|---|"]
     for audit in audits:
         collateral = sum(bool(case.collateral) for case in audit.mutants)
         rows.append(f"| `{audit.grade_id}` | {_ratio(audit.caught, len(audit.mutants))} | "
                     f"{_ratio(audit.named, len(audit.mutants))} | {_ratio(audit.kept, len(audit.alternatives))} | "
-                    f"{collateral} |")
+                    f"{_ratio(audit.refused, len(audit.library))} | {collateral} |")
     mutants = [case for audit in audits for case in audit.mutants]
     alternatives = [case for audit in audits for case in audit.alternatives]
+    library = [case for audit in audits for case in audit.library]
     rows.append(f"| **all** | {_ratio(sum(c.lost_points for c in mutants), len(mutants))} | "
                 f"{_ratio(sum(c.lost_points and c.named for c in mutants), len(mutants))} | "
                 f"{_ratio(sum(not c.lost_points for c in alternatives), len(alternatives))} | "
+                f"{_ratio(sum(c.item.status == 'forbidden' for c in library), len(library))} | "
                 f"{sum(bool(c.collateral) for c in mutants)} |")
     return "\n".join(rows)
 
@@ -242,6 +257,12 @@ def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) ->
             else:
                 continue
             found.append(Problem(audit.grade_id, case.label, text, known_gaps.get((audit.grade_id, case.label), "")))
+        for case in audit.library:
+            if case.item.status != "forbidden":
+                text = (f"the library answer {case.label!r} was not refused "
+                        f"({case.item.status}: {case.item.message[:200]})")
+                found.append(Problem(audit.grade_id, case.label, text,
+                                     known_gaps.get((audit.grade_id, case.label), "")))
         for case in audit.alternatives:
             if case.lost_points:
                 text = (f"the correct alternative {case.label!r} lost its points "

@@ -9,26 +9,12 @@ helper in another cell is found too. Both run in the trusted process.
 
 from __future__ import annotations
 
-
-def forbidden_name(path: str) -> str:
-    """The name an answer must not use for a forbidden dotted path
-    (``torch.nn.MultiheadAttention.forward`` forbids ``MultiheadAttention``)."""
-    parts = path.split(".")
-    return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
+from transformer_lm.forbidding import forbidden_name, runtime_names
 
 
 def found_in_text(forbids: tuple[str, ...], mentioned: set[str]) -> list[str]:
     """The forbidden names among the names an answer's code mentions."""
     return sorted({forbidden_name(path) for path in forbids} & mentioned)
-
-
-def runtime_names(forbids: tuple[str, ...]) -> dict[str, str]:
-    """The torch function and ATen operator names a forbidden call runs under, each with its
-    forbidden name: ``softmax`` runs as ``softmax`` (or ``_softmax`` through ``torch.ops``) and
-    as ``aten::_softmax``; ``scaled_dot_product_attention`` keeps its name whichever route
-    reached it; ``nn.MultiheadAttention`` runs ``multi_head_attention_forward``."""
-    return {runtime: name for name in (forbidden_name(path) for path in forbids)
-            for runtime in (name, f"_{name}", f"aten::{name}", f"aten::_{name}")}
 
 
 def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]]], own_cell: int | None,

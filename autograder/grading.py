@@ -30,10 +30,11 @@ import torch
 from autograder import runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
-from autograder.forbidden import found_in_trace, runtime_names
+from autograder.forbidden import found_in_trace
 from autograder.preflight import Preflight, preflight, read_notebook
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
+from transformer_lm.forbidding import runtime_names
 from transformer_lm.kinds import Prepared
 from transformer_lm.sandboxed.probes import COURSE_CODE_CELL
 

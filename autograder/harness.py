@@ -159,8 +159,10 @@ def run(plan_path: str, inputs_path: str, out_dir: str, token: str) -> None:
     journal.log("ready", run=token)
     cells_by_count: dict[int, int] = {}
 
-    def cell_of(filename: str) -> int | None:
-        """The plan's index of the cell compiled under ``filename`` (``<ipython-input-N-...>``)."""
+    def cell_of(frame) -> int | None:
+        """The plan's index of the cell whose code ``frame`` runs (compiled under
+        ``<ipython-input-N-...>``), or the course's code's."""
+        filename = frame.f_code.co_filename
         if filename == probes.COURSE_CODE_FILE:
             return probes.COURSE_CODE_CELL
         match = CELL_FILE.match(filename)
@@ -231,7 +233,7 @@ def warm_up() -> None:
 
     from transformer_lm.sandboxed import test_values, viz  # noqa: F401
 
-    with probes.trace_calls({"softmax", "aten::_softmax"}, lambda filename: None):  # its first use costs 0.4 s
+    with probes.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s
         probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
 
 

@@ -27,7 +27,8 @@ VISIBLE_CHECK = '''from transformer_lm import checks
 
 generator = torch.Generator().manual_seed(0)
 inputs = {name: torch.randn(2, 4, 3, generator=generator) for name in "qkv"}
-checks.check_attention_function(attention, inputs, grad_output=torch.randn(2, 4, 3, generator=generator))
+with checks.forbidding(attention, checks.LIBRARY_ATTENTION):
+    checks.check_attention_function(attention, inputs, grad_output=torch.randn(2, 4, 3, generator=generator))
 '''
 
 HIDDEN_CHECKS = '''"""Hidden checks of the minimal assignment: other sizes than the notebook's."""
@@ -36,6 +37,7 @@ import torch
 
 from autograder.spec import Item
 from transformer_lm import reference
+from transformer_lm.forbidding import LIBRARY_ATTENTION
 from transformer_lm.kinds import FunctionCheck, attention_function_candidates
 
 
@@ -48,7 +50,7 @@ def qkv(generator):
 
 
 ITEMS = [Item("attention", 10, (FunctionCheck("attention", expected, qkv, candidates=attention_function_candidates),),
-              forbids=("torch.nn.functional.scaled_dot_product_attention",))]
+              forbids=LIBRARY_ATTENTION)]
 '''
 
 

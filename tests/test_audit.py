@@ -55,11 +55,13 @@ def test_a_missed_mutant_a_wrong_name_a_mistake_charged_twice_and_a_lost_alterna
                                       case("mutant", "softmax_wrong_dim", 1.0),
                                       case("mutant", "mask_filled_with_zero", 0.0, "the boolean mask is inverted"),
                                       twice],
-                             [case("alternative", "einsum", 1.0), case("alternative", "loops", 0.0)])]
-    assert (items[0].caught, items[0].named, items[0].kept) == (3, 2, 1)
+                             [case("alternative", "einsum", 1.0), case("alternative", "loops", 0.0)],
+                             [case("library", "by name", 0.0), case("library", "by getattr", 1.0)])]
+    items[0].library[0].item.status = "forbidden"
+    assert (items[0].caught, items[0].named, items[0].kept, items[0].refused) == (3, 2, 1, 1)
     found = audit.problems(items, {("item", "loops"): "a known gap"})
     assert [(p.label, bool(p.known)) for p in found] == [("softmax_wrong_dim", False),
                                                          ("mask_filled_with_zero", False), ("no_scaling", False),
-                                                         ("loops", True)]
-    assert "cost later too" in found[2].text
-    assert "| `item` | 3/4 (75%) | 2/4 (50%) | 1/2 (50%) | 1 |" in audit.table(items)
+                                                         ("by getattr", False), ("loops", True)]
+    assert "cost later too" in found[2].text and "was not refused" in found[3].text
+    assert "| `item` | 3/4 (75%) | 2/4 (50%) | 1/2 (50%) | 1/2 (50%) | 1 |" in audit.table(items)

@@ -1,9 +1,12 @@
 """Every catalogued mistake is caught by the checks and named; the seed 000 fingerprints hold."""
 
+import nbformat
 import pytest
 import torch
 import torch.nn as nn
 from safetensors.torch import load_file
+
+import notebook_tools as tools
 
 from transformer_lm import adapters, checks, make_test_values, mistakes, reference
 from transformer_lm.cases import AttentionCase, make_case_tensors
@@ -161,3 +164,19 @@ def test_a_right_sampler_written_another_way_passes():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [-0.5, 1.5, 0.0, 1.0, -2.0]])
     for temperature, top_k in ((1.0, None), (0.5, 3), (2.0, 2)):
         assert checks.check_sampling(sample_next_token, logits, temperature, top_k).passed
+
+
+def test_a_failed_check_shows_its_message_and_the_students_lines_not_the_package():
+    """In Jupyter, a failed visible check is one clear message; when the student's code raised,
+    the student's own lines follow, and none of the course package's."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("def attention(x):\n    return x @ x.T @ x.T   # a shape mistake"),
+                nbformat.v4.new_code_cell("import torch\nfrom transformer_lm import checks\n"
+                                          "checks.call_student('attention', attention, torch.ones(2, 3))"),
+                nbformat.v4.new_code_cell("checks.check_close(torch.zeros(2), torch.ones(2))")]
+    ran = tools.execute(nb, allow_errors=True)
+    raised, wrong = (tools.strip_ansi("\n".join(ran.cells[i].outputs[0].traceback)) for i in (1, 2))
+    assert raised.startswith("CheckFailed: attention raised RuntimeError")
+    assert "Where your code raised it:" in raised and "return x @ x.T @ x.T" in raised
+    assert "transformer_lm" not in raised and "site-packages" not in raised, raised
+    assert wrong.startswith("CheckFailed: output has the right shape") and len(wrong.splitlines()) <= 4, wrong

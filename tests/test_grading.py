@@ -82,3 +82,4 @@ def test_validate_passes_the_solution_and_fails_the_blank_with_the_notebook_mess
                            capture_output=True, text=True)
     assert blank.returncode != 0
     assert "FAILED  softmax_stable_test: CheckFailed: TODO: softmax_stable is not written yet" in blank.stdout
+    assert not ok.stderr and not blank.stderr, ok.stderr + blank.stderr   # only results: no kernel log

@@ -9,8 +9,6 @@ message written for the student, or prints what passed.
 
 from __future__ import annotations
 
-import inspect
-import textwrap
 from dataclasses import asdict
 
 import torch
@@ -18,13 +16,13 @@ import torch
 from transformer_lm import mistakes as catalog
 from transformer_lm import reference
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, randomize  # noqa: F401 - randomize: notebooks
+from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # noqa: F401 - for the test cells
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoadCheck, GenerateCheck, LossCheck,
                                   ModuleCheck, MultiheadLoadCheck, ParametersCheck, Prepared, TransferCheck,
                                   attention_function_candidates, function_check, sampling_check)
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
-from transformer_lm.source_scan import mentioned_names
 
 def check_shape(got: torch.Tensor, expected_shape, name: str = "output") -> None:
     """Raises :class:`CheckFailed` unless ``got`` has ``expected_shape``."""
@@ -58,19 +56,6 @@ def call_student(name: str, function, *args, **kwargs):
         raise CheckFailed(f"{name} raised {type(error).__name__}: {error}") from error
 
 
-def check_not_used(obj, forbidden: tuple[str, ...]) -> None:
-    """Raises :class:`CheckFailed` when the source of ``obj`` mentions a forbidden name
-    (the library version of what the exercise asks you to write)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
-    except (OSError, TypeError):
-        return
-    used = sorted(set(forbidden) & mentioned_names(source))
-    if used:
-        raise CheckFailed(f"{obj.__name__} uses {', '.join(used)}: this exercise asks you to write it yourself, "
-                          f"and the grader gives no points for an answer that calls it.")
-
-
 def _report(name: str, verdict: Verdict) -> Verdict:
     verdict.raise_if_failed()
     print(f"{name}: {verdict.message}")
@@ -98,22 +83,19 @@ def check_attention_module(cls, api: AttentionAPI, case: AttentionCase, seed: in
 
 
 def check_function(fn, expected_fn, inputs: dict[str, torch.Tensor], *, grad_output: torch.Tensor | None = None,
-                   candidates: dict | None = None, forbids: tuple[str, ...] = ()) -> Verdict:
-    """Visible check of a function of tensors against ``expected_fn`` (from the reference);
-    ``forbids`` names library functions the answer may not call."""
-    check_not_used(fn, forbids)
+                   candidates: dict | None = None) -> Verdict:
+    """Visible check of a function of tensors against ``expected_fn`` (from the reference)."""
     prepared = function_check(fn.__name__, expected_fn, inputs, grad_output, candidates)
     return _run(fn.__name__, prepared, {fn.__name__: fn})
 
 
-def check_attention_function(fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
-                             forbids: tuple[str, ...] = ()) -> Verdict:
+def check_attention_function(fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None) -> Verdict:
     """Visible check of an attention function ``fn(q, k, v[, mask])`` against the reference,
     naming the catalogued mistakes it matches."""
     def expected(q, k, v, mask=None):
         return reference.scaled_dot_product_attention(q, k, v, mask).output
     return check_function(fn, expected, inputs, grad_output=grad_output,
-                          candidates=attention_function_candidates(inputs), forbids=forbids)
+                          candidates=attention_function_candidates(inputs))
 
 
 def check_transfer(fn, source_cls, source_api: AttentionAPI, target_cls, target_api: AttentionAPI,

@@ -11,7 +11,10 @@ process judge with these same functions; only the grader hides expected values (
 from __future__ import annotations
 
 import math
+import sys
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -24,7 +27,30 @@ ATOL = 1e-5
 
 
 class CheckFailed(AssertionError):
-    """A visible check failed; the message is written for the student."""
+    """A visible check failed; the message is written for the student.
+
+    In Jupyter it shows as that message alone (IPython asks an exception for
+    ``_render_traceback_`` before it formats one), not the course package's own frames; when the
+    student's code raised the error behind it, the lines of the student's code follow."""
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"\x1b[0;31mCheckFailed\x1b[0m: {self}"]
+        cause = self.__cause__
+        frames = [f for f in traceback.extract_tb(cause.__traceback__) if _written_by_student(f.filename)] \
+            if cause is not None else []
+        if frames:
+            lines += ["", "Where your code raised it:", *"".join(traceback.format_list(frames)).rstrip().split("\n"),
+                      f"{type(cause).__name__}: {cause}"]
+        return lines
+
+
+_LIBRARIES = tuple(str(Path(path).resolve()) for path in
+                   {Path(__file__).parent, Path(torch.__file__).parent, sys.prefix, sys.base_prefix})
+
+
+def _written_by_student(filename: str) -> bool:
+    """Whether a traceback's file is notebook code (a cell), not the course package, torch or Python's."""
+    return not str(Path(filename).resolve()).startswith(_LIBRARIES)
 
 
 def _show(t: torch.Tensor, limit: int = 6) -> str:

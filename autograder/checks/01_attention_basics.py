@@ -10,13 +10,17 @@ import torch
 from autograder.spec import Item
 from transformer_lm import adapters
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import (AttentionCheck, FactoryCheck, FunctionCheck, RaisesCheck, TransferCheck,
-                                  context_vector_candidates, softmax_candidates)
+from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.judging import Verdict
-
-SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
-LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
-                     "torch.nn.functional.multi_head_attention_forward")
+from transformer_lm.kinds import (
+    AttentionCheck,
+    FactoryCheck,
+    FunctionCheck,
+    RaisesCheck,
+    TransferCheck,
+    context_vector_candidates,
+    softmax_candidates,
+)
 
 
 def scores_vectors(generator, rows, width, scale=1.0):

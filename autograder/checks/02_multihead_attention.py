@@ -19,10 +19,8 @@ deduction of each task comes off its first ``forward`` item: ``self_attention_fo
 from autograder.spec import Item
 from transformer_lm import adapters
 from transformer_lm.cases import AttentionCase
+from transformer_lm.forbidding import LIBRARY_ATTENTION
 from transformer_lm.kinds import AttentionCheck, ParametersCheck, RaisesCheck
-
-LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
-                     "torch.nn.functional.multi_head_attention_forward")
 
 SA = adapters.SELF_ATTENTION
 MHA = adapters.MULTI_HEAD_SELF_ATTENTION

@@ -12,11 +12,14 @@ import torch
 from autograder.spec import Item
 from transformer_lm import adapters, reference
 from transformer_lm.cases import AttentionCase, BlockCase
-from transformer_lm.kinds import (AttentionCheck, DecoderLoadCheck, FunctionCheck, MultiheadLoadCheck,
-                                  attention_function_candidates)
-
-LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
-                     "torch.nn.functional.multi_head_attention_forward")
+from transformer_lm.forbidding import LIBRARY_ATTENTION
+from transformer_lm.kinds import (
+    AttentionCheck,
+    DecoderLoadCheck,
+    FunctionCheck,
+    MultiheadLoadCheck,
+    attention_function_candidates,
+)
 
 
 def reference_attention(q, k, v, attn_mask=None):

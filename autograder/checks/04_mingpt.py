@@ -23,11 +23,15 @@ import torch
 from autograder.spec import Item
 from transformer_lm import adapters, reference
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, GenerateCheck, LossCheck, ModuleCheck,
-                                  SamplingCheck)
-
-LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
-                     "torch.nn.functional.multi_head_attention_forward")
+from transformer_lm.forbidding import LIBRARY_ATTENTION
+from transformer_lm.kinds import (
+    AttentionCheck,
+    CachedForwardCheck,
+    GenerateCheck,
+    LossCheck,
+    ModuleCheck,
+    SamplingCheck,
+)
 
 
 def config(**sizes) -> dict:

@@ -272,7 +272,7 @@ MAX_TRACED_STACKS = 20
 
 class _Watch:
     """What both modes share: the watched names, and for each one seen, the notebook cells that
-    were on the Python stack when it ran (innermost first), as ``cell_of`` names them."""
+    were on the Python stack when it ran (innermost first), as ``cell_of(frame)`` names them."""
 
     def __init__(self, names: frozenset[str], cell_of):
         self.names, self.cell_of = names, cell_of
@@ -286,7 +286,7 @@ class _Watch:
             return
         cells, frame = [], sys._getframe(2)
         while frame is not None:
-            cell = self.cell_of(frame.f_code.co_filename)
+            cell = self.cell_of(frame)
             if cell is not None and cell not in cells:
                 cells.append(cell)
             frame = frame.f_back
@@ -322,7 +322,7 @@ class _OperatorNames(TorchDispatchMode):
 def trace_calls(names, cell_of):
     """Watches the torch functions and ATen operators (``aten::<name>``) of ``names`` while the
     block runs, and yields ``{name: {cells on the stack, innermost first}}`` for those that ran;
-    ``cell_of(filename)`` tells which notebook cell a code object's file is, or None. What runs
+    ``cell_of(frame)`` tells which notebook cell (or answer) a Python frame's code is, or None. What runs
     is judged this way, not by the names an answer's text mentions, so ``getattr(F,
     "scaled_dot_" + "product_attention")``, ``torch.ops.aten`` and a helper defined in another
     cell are all seen, and the cell that made the call is known."""

@@ -184,3 +184,25 @@ def alternatives(answer):
 
 
 KNOWN_GAPS = {}
+
+
+def library(answer):
+    sdpa_by_name = "torch.nn.functional.scaled_dot_product_attention"
+    sdpa_by_getattr = 'getattr(torch.nn.functional, "scaled_dot_" + "product_attention")'
+    return {
+        "softmax_stable": [
+            ("torch.softmax", answer("softmax_stable", ("return exps / exps.sum(dim=-1, keepdim=True)",
+                                                        "return torch.softmax(x, dim=-1)"))),
+            ("softmax by getattr", answer("softmax_stable", ("return exps / exps.sum(dim=-1, keepdim=True)",
+                                                             'return getattr(torch, "soft" + "max")(x, dim=-1)'))),
+        ],
+        "causal_attention": [
+            ("SDPA with is_causal=True", answer("causal_attention", (
+                "return weights @ values", f"return {sdpa_by_name}(queries, keys, values, is_causal=True)"))),
+        ],
+        "multihead_attention": [
+            ("SDPA by getattr", answer("multihead_attention", (
+                "context = (weights @ values).transpose(1, 2)",
+                f"context = {sdpa_by_getattr}(queries, keys, values, is_causal=True).transpose(1, 2)"))),
+        ],
+    }

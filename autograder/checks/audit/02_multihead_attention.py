@@ -153,3 +153,12 @@ def alternatives(answer):
 
 
 KNOWN_GAPS = {}
+
+
+def library(answer):
+    return {
+        "mha_output": [
+            ("SDPA for the weighted values", answer(MHA, (WEIGHTED, "att = F.scaled_dot_product_attention(q, k, v, "
+                                                                    "is_causal=self.causal)"))),
+        ],
+    }

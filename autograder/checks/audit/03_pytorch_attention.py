@@ -280,3 +280,18 @@ def alternatives(answer):
 
 
 KNOWN_GAPS = {}
+
+
+def library(answer):
+    return {
+        "my_attention": [
+            ("F.scaled_dot_product_attention", answer("my_attention", (
+                RETURN, "return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)"))),
+            ("torch.ops.aten", answer("my_attention", (
+                RETURN, "return torch.ops.aten.scaled_dot_product_attention(q, k, v, attn_mask)"))),
+        ],
+        "multiheaded_self_attention": [
+            ("SDPA in place of my_attention", answer("multiheaded_self_attention", (
+                MHA_CALL, "heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)"))),
+        ],
+    }

@@ -288,3 +288,12 @@ def alternatives(answer):
 
 
 KNOWN_GAPS = {}
+
+
+def library(answer):
+    return {
+        "mingpt_attention": [
+            ("F.scaled_dot_product_attention", answer("mingpt_attention", (
+                "y = att @ v", "y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool())"))),
+        ],
+    }

@@ -1,0 +1,109 @@
+"""What an exercise forbids (the library function it asks students to write themselves), and the
+visible check of it.
+
+The names are the same on both sides: the hidden checks (``autograder/checks``) list an item's
+``forbids`` from the constants here, and the visible test cell of that item checks the same
+constants with :func:`forbidding`, so that a student whom the visible check lets through is never
+marked ``forbidden`` by the grader for a call the notebook did not forbid.
+
+:func:`forbidding` looks twice, as the grader does: at the text of the answer (its class or
+function, every method and helper defined in it), and at what runs while the checks inside the
+``with`` block call it (:func:`transformer_lm.sandboxed.probes.trace_calls`), so a call reached
+through ``getattr`` or ``torch.ops`` is seen too. A call belongs to the answer when the answer's
+own code (or a helper it calls) made it, not when an answer it reuses did (``reuses``): that one
+is refused by its own test cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import textwrap
+import types
+
+from transformer_lm.judging import CheckFailed
+from transformer_lm.sandboxed import probes
+from transformer_lm.source_scan import mentioned_names
+
+SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
+"""PyTorch's softmax, by every name it has: what ``softmax_stable`` must compute itself."""
+
+LIBRARY_ATTENTION = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.forward",
+                     "torch.nn.functional.multi_head_attention_forward")
+"""PyTorch's attention: what every attention exercise must compute itself."""
+
+
+def forbidden_name(path: str) -> str:
+    """The name an answer must not use for a forbidden dotted path
+    (``torch.nn.MultiheadAttention.forward`` forbids ``MultiheadAttention``)."""
+    parts = path.split(".")
+    return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
+
+
+def runtime_names(forbids: tuple[str, ...]) -> dict[str, str]:
+    """The torch function and ATen operator names a forbidden call runs under, each with its
+    forbidden name: ``softmax`` runs as ``softmax`` (or ``_softmax`` through ``torch.ops``) and
+    as ``aten::_softmax``; ``scaled_dot_product_attention`` keeps its name whichever route
+    reached it; ``nn.MultiheadAttention`` runs ``multi_head_attention_forward``."""
+    return {runtime: name for name in (forbidden_name(path) for path in forbids)
+            for runtime in (name, f"_{name}", f"aten::{name}", f"aten::_{name}")}
+
+
+def _functions_of(obj) -> list[types.FunctionType]:
+    """A function, or the functions a class defines itself."""
+    if inspect.isfunction(obj):
+        return [obj]
+    prefix = getattr(obj, "__qualname__", "") + "."
+    return [member for _, member in inspect.getmembers(obj)
+            if inspect.isfunction(member) and member.__qualname__.startswith(prefix)]
+
+
+def _code_of(obj) -> set[types.CodeType]:
+    """The code objects of a function or of every function of a class, nested ones included."""
+    codes, todo = set(), [f.__code__ for f in _functions_of(obj)]
+    while todo:
+        code = todo.pop()
+        codes.add(code)
+        todo.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return codes
+
+
+def _named_in_text(obj, forbids: tuple[str, ...]) -> list[str]:
+    try:
+        source = textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
+    except (OSError, TypeError):
+        return []
+    return sorted({forbidden_name(path) for path in forbids} & mentioned_names(source))
+
+
+@contextlib.contextmanager
+def forbidding(obj, forbids: tuple[str, ...], reuses: tuple = ()):
+    """Refuses, with :class:`CheckFailed`, an answer ``obj`` (a class or function) whose text names
+    a forbidden call, or whose code makes one while the block runs. ``reuses`` lists the other
+    answers ``obj`` calls: the calls made inside them are theirs."""
+    name = getattr(obj, "__name__", str(obj))
+    named = _named_in_text(obj, forbids)
+    if named:
+        raise CheckFailed(f"{name} uses {', '.join(named)}: this exercise asks you to write it yourself, and the "
+                          f"grader gives no points for an answer that calls it.")
+    own = _code_of(obj)
+    theirs = set().union(*(_code_of(other) for other in reuses)) if reuses else set()
+    notebook = {id(f.__globals__) for f in _functions_of(obj)}  # the namespace the answer was defined in
+
+    def owner(frame) -> str | None:
+        """Who a frame is: this answer, an answer it reuses, a helper of the notebook, or none of them."""
+        if frame.f_code in own:
+            return "own"
+        if frame.f_code in theirs:
+            return "reused"
+        return "helper" if id(frame.f_globals) in notebook else None
+
+    runtime = runtime_names(forbids)
+    with probes.trace_calls(runtime, owner) as ran:
+        yield
+    made = sorted({runtime[call] for call, stacks in ran.items()
+                   if any(next((who for who in stack if who != "helper"), None) == "own" for stack in stacks)})
+    if made:
+        raise CheckFailed(f"{name} ran {', '.join(made)} while it was checked: this exercise asks you to write it "
+                          f"yourself, and the grader gives no points for an answer that calls it, whatever name "
+                          f"reached it.")
