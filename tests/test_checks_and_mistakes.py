@@ -166,16 +166,30 @@ def test_a_right_sampler_written_another_way_passes():
         assert checks.check_sampling(sample_next_token, logits, temperature, top_k).passed
 
 
-def test_a_failed_check_shows_its_message_and_the_students_lines_not_the_package():
+def test_in_a_kernel_a_failed_check_is_one_message_and_forbidden_calls_are_found_as_the_grader_finds_them():
     """In Jupyter, a failed visible check is one clear message; when the student's code raised,
-    the student's own lines follow, and none of the course package's."""
+    the student's own lines follow, and none of the course package's. checks.forbidding scans
+    what the grader scans (the whole cell) and sees what ran (a getattr string)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("def attention(x):\n    return x @ x.T @ x.T   # a shape mistake"),
                 nbformat.v4.new_code_cell("import torch\nfrom transformer_lm import checks\n"
                                           "checks.call_student('attention', attention, torch.ones(2, 3))"),
-                nbformat.v4.new_code_cell("checks.check_close(torch.zeros(2), torch.ones(2))")]
+                nbformat.v4.new_code_cell("checks.check_close(torch.zeros(2), torch.ones(2))"),
+                nbformat.v4.new_code_cell("import torch.nn.functional as F\n\n\ndef unused(q, k, v):\n"
+                                          "    return F.scaled_dot_product_attention(q, k, v)\n\n\n"
+                                          "def attend(q, k, v):\n    return torch.softmax(q @ k.mT, dim=-1) @ v"),
+                nbformat.v4.new_code_cell("with checks.forbidding(attend, checks.LIBRARY_ATTENTION):\n    pass"),
+                nbformat.v4.new_code_cell("def hidden(q, k, v):\n"
+                                          "    return getattr(F, 'scaled_dot_' + 'product_attention')(q, k, v)\n\n\n"
+                                          "with checks.forbidding(hidden, checks.LIBRARY_ATTENTION):\n"
+                                          "    hidden(*torch.ones(3, 2, 4))")]
     ran = tools.execute(nb, allow_errors=True)
     raised, wrong = (tools.strip_ansi("\n".join(ran.cells[i].outputs[0].traceback)) for i in (1, 2))
+    # the same scope as the grader's: the whole cell (an unused helper beside the answer), and what ran
+    assert tools.errors(ran.cells[4]) == [("CheckFailed", "attend uses scaled_dot_product_attention: this exercise "
+                                           "asks you to write it yourself, and the grader gives no points for an "
+                                           "answer that calls it.")]
+    assert tools.errors(ran.cells[5])[0][1].startswith("hidden ran scaled_dot_product_attention while it was checked")
     assert raised.startswith("CheckFailed: attention raised RuntimeError")
     assert "Where your code raised it:" in raised and "return x @ x.T @ x.T" in raised
     assert "transformer_lm" not in raised and "site-packages" not in raised, raised

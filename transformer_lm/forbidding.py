@@ -7,8 +7,8 @@ constants with :func:`forbidding`, so that a student whom the visible check lets
 marked ``forbidden`` by the grader for a call the notebook did not forbid.
 
 :func:`forbidding` looks twice, as the grader does: at the text of the answer (its class or
-function, every method and helper defined in it), and at what runs while the checks inside the
-``with`` block call it (:func:`transformer_lm.sandboxed.probes.trace_calls`), so a call reached
+function and, in a notebook, its whole cell, helpers beside it included), and at what runs while
+the checks inside the ``with`` block call it (:func:`transformer_lm.sandboxed.probes.trace_calls`), so a call reached
 through ``getattr`` or ``torch.ops`` is seen too. A call belongs to the answer when the answer's
 own code (or a helper it calls) made it, not when an answer it reuses did (``reuses``): that one
 is refused by its own test cell.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import linecache
 import textwrap
 import types
 
@@ -68,12 +69,20 @@ def _code_of(obj) -> set[types.CodeType]:
     return codes
 
 
-def _named_in_text(obj, forbids: tuple[str, ...]) -> list[str]:
+def _answer_text(obj) -> str:
+    """The text the grader scans for ``obj``: its whole notebook cell (helpers beside it
+    included) when it was defined in one, else its own source; empty when there is none."""
     try:
-        source = textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
+        filename = inspect.getsourcefile(obj) or ""
+        if all(f.__globals__.get("__name__") == "__main__" for f in _functions_of(obj)) and linecache.getlines(filename):
+            return "".join(linecache.getlines(filename))  # a cell of the kernel: IPython keeps it in linecache
+        return textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
     except (OSError, TypeError):
-        return []
-    return sorted({forbidden_name(path) for path in forbids} & mentioned_names(source))
+        return ""
+
+
+def _named_in_text(obj, forbids: tuple[str, ...]) -> list[str]:
+    return sorted({forbidden_name(path) for path in forbids} & mentioned_names(_answer_text(obj)))
 
 
 @contextlib.contextmanager
