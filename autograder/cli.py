@@ -43,9 +43,11 @@ def course_of(args):
     from autograder.grading import Course
 
     root = Path(args.course).resolve()
-    return Course(root, load_settings(root, workers=getattr(args, "workers", None),
-                                      cell_timeout=getattr(args, "cell_timeout", None),
-                                      unsafe_no_sandbox=getattr(args, "unsafe_no_sandbox", False) or None))
+    course = Course(root, load_settings(root, workers=getattr(args, "workers", None),
+                                        cell_timeout=getattr(args, "cell_timeout", None),
+                                        unsafe_no_sandbox=getattr(args, "unsafe_no_sandbox", False) or None))
+    course.require(args.assignment)
+    return course
 
 
 @contextlib.contextmanager

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
+import fcntl
 import hashlib
 import importlib.util
 import io
@@ -18,7 +20,9 @@ import os
 import queue
 import secrets
 import shutil
+import socket
 import sys
+import time
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -135,6 +139,49 @@ class Course:
             receipt = self.submission_folder(assignment, student) / name
             if receipt.is_file() and not receipt.is_symlink():
                 (folder / name).write_bytes(receipt.read_bytes()[:4096])
+
+    def assignments(self) -> list[str]:
+        """The assignments this course knows: folders of ``source/`` and ``release/``, and hidden checks."""
+        names = {p.name for folder in ("source", "release") for p in (self.root / folder).glob("*") if p.is_dir()}
+        names |= {p.stem for p in self.checks_file("any").parent.glob("*.py") if p.stem[:1].isdigit()}
+        return sorted(names)
+
+    def require(self, assignment: str) -> None:
+        """Raises :class:`GradingError` unless this is a course folder that has ``assignment``,
+        naming what was expected and the closest names."""
+        if not (self.root / "nbgrader_config.py").exists():
+            raise GradingError(f"{self.root} is not a course folder: it has no nbgrader_config.py. Run this in the "
+                               f"course folder, or pass --course DIR.")
+        known = self.assignments()
+        if assignment not in known:
+            close = difflib.get_close_matches(assignment, known, n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            raise GradingError(f"The course in {self.root} has no assignment {assignment!r}.{hint} "
+                               f"Its assignments: {', '.join(known) or 'none yet'}.")
+
+    @contextlib.contextmanager
+    def grading_lock(self, assignment: str, shard: tuple[int, int] | None = None):
+        """Held while a run grades ``assignment`` (a shard, its own slice): a second run at the same
+        time would write the same reports and gradebook rows, so it refuses, saying which run holds it."""
+        folder = self.root / ".grading"
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{assignment}.lock" if shard is None else f"{assignment}.shard-{shard[0]}-of-{shard[1]}.lock"
+        with open(folder / name, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise GradingError(f"Another run is grading {assignment} in this course ({holder}). Wait for it to "
+                                   f"finish, then run this again.") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+            handle.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def students(self, assignment: str) -> list[str]:
         base = self.root / "submitted"

@@ -74,20 +74,21 @@ def grade_and_record(course: Course, assignment: str, students: list[str] | None
     the sandbox in use and how many submissions are to be graded; ``progress`` hears each
     student whose submission is done."""
     isolation = isolation_for(course)
-    prepared = Assignment.load(course, assignment)
-    chosen = students or course.students(assignment)
-    if shard:
-        index, count = shard
-        chosen = chosen[index::count]
-    if announce:
-        announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
-                 f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.",
-                 len(chosen))
-    results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
-    grades = ClassGrades(assignment, results, isolation.name)
-    if results and not shard:
-        grades.grades_csv = record_class(course, assignment, results)
-    return grades
+    with course.grading_lock(assignment, shard):
+        prepared = Assignment.load(course, assignment)
+        chosen = students or course.students(assignment)
+        if shard:
+            index, count = shard
+            chosen = chosen[index::count]
+        if announce:
+            announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
+                     f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.",
+                     len(chosen))
+        results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
+        grades = ClassGrades(assignment, results, isolation.name)
+        if results and not shard:
+            grades.grades_csv = record_class(course, assignment, results)
+        return grades
 
 
 def regrade(course: Course, assignment: str, students: list[str] | None = None,
