@@ -128,6 +128,8 @@ def report_command(args) -> int:
         return 1
     print(f"Class report: {written['report']}\nLMS scores (a row per student, a column per item): {written['lms']}\n"
           f"Gradescope results: {written['gradescope'] / '<student>' / 'results.json'}")
+    if written["guide"]:
+        print(f"Grading guide of the written answers, for TAs: {written['guide']}")
     return 0
 
 

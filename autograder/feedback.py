@@ -23,35 +23,32 @@ PAGES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates"
                     undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str]]) -> str:
+def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str]], marking=None) -> str:
     """The feedback page of one notebook of one submission; ``answers`` are the student's
-    ``(grade_id, source)`` answer cells."""
+    ``(grade_id, source)`` answer cells, ``marking`` what TAs recorded by hand
+    (:class:`autograder.record.Marking`): written answers' grades and comments."""
     items = [i for i in result.items if i.notebook == notebook]
+    written = [hand for hand in (marking.written if marking else []) if hand.notebook == notebook]
+    comments = {name: text for (nb, name), text in (marking.comments if marking else {}).items()
+                if nb == notebook and name not in {hand.grade_id for hand in written}}
     return PAGES.get_template("feedback.html.j2").render(
-        result=result, notebook=notebook, items=items, answers=answers,
+        result=result, notebook=notebook, items=items, answers=answers, written=written, comments=comments,
         got=sum(i.score for i in items), total=sum(i.max_score for i in items),
+        hand_got=sum(hand.score or 0.0 for hand in written), hand_total=sum(hand.max_score for hand in written),
+        waiting=sum(hand.score is None for hand in written),
         flags=[f for f in result.flags if f.startswith(notebook + ":")])
 
 
-def answers_of(cells: list[dict]) -> list[tuple[str, str]]:
-    """The ``(grade_id, source)`` of every answer cell (code or written) of a notebook's cells."""
-    found = []
-    for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") and meta.get("grade_id"):
-            source = cell.get("source", "")
-            found.append((meta["grade_id"], "".join(source) if isinstance(source, list) else source))
-    return found
-
-
-def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, list[tuple[str, str]]]) -> list[Path]:
-    """Writes one page per notebook; ``answers`` maps a notebook to its answer cells."""
+def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, list[tuple[str, str]]],
+                   marking=None) -> list[Path]:
+    """Writes one page per notebook; ``answers`` maps a notebook to its answer cells, ``marking``
+    holds the hand grades and comments recorded so far."""
     folder = course.root / "feedback" / result.student / result.assignment
     folder.mkdir(parents=True, exist_ok=True)
     course.copy_receipts(result.assignment, result.student, folder)
     written = []
     for notebook, cells in answers.items():
         path = folder / f"{notebook}.html"
-        path.write_text(render(result, notebook, cells))
+        path.write_text(render(result, notebook, cells, marking))
         written.append(path)
     return written

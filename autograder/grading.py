@@ -43,6 +43,8 @@ from transformer_lm.kinds import Prepared
 from transformer_lm.sandboxed.probes import COURSE_CODE_CELL
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
+NOT_WRITTEN = "Not written yet"
+"""How the message of an answer that still raises the release's NotImplementedError starts."""
 RECEIPTS = ("timestamp.txt", "submission_secret.txt")
 WITH_COURSE_CODE = "+course"
 """The suffix of a probe id that runs with the course's stand-ins in place of earlier answers."""
@@ -60,8 +62,8 @@ class _StyleCollector(pycodestyle.BaseReport):
         if text.startswith("E501") and self._code_fits(line_number):
             return None
         code = super().error(line_number, offset, text, check)
-        if code:
-            self.problems.append(f"line {line_number}: {text}")
+        if code:  # the line itself, since the page that shows the deduction numbers no lines
+            self.problems.append(f"line {line_number}, {self.lines[line_number - 1].strip()[:80]!r}: {text}")
         return code
 
     def _code_fits(self, line_number) -> bool:
@@ -141,8 +143,10 @@ class Course:
                 (folder / name).write_bytes(receipt.read_bytes()[:4096])
 
     def assignments(self) -> list[str]:
-        """The assignments this course knows: folders of ``source/`` and ``release/``, and hidden checks."""
-        names = {p.name for folder in ("source", "release") for p in (self.root / folder).glob("*") if p.is_dir()}
+        """The assignments this course knows: folders of ``source/``, ``release/`` and ``reports/``, and
+        hidden checks."""
+        names = {p.name for folder in ("source", "release", "reports") for p in (self.root / folder).glob("*")
+                 if p.is_dir()}
         names |= {p.stem for p in self.checks_file("any").parent.glob("*.py") if p.stem[:1].isdigit()}
         return sorted(names)
 
@@ -220,7 +224,7 @@ class Course:
         """Copies the hidden checks of ``assignment``, its stand-ins and (with ``audit_bank``) its
         audit bank into the course folder ``root``, at the same places, for a course of its own."""
         checks = self.checks_file(assignment)
-        paths = [checks, self.stand_ins_file(assignment)] + ([checks.parent / "audit" / checks.name] if audit_bank else [])
+        paths = [checks, self.stand_ins_file(assignment), *([checks.parent / "audit" / checks.name] if audit_bank else [])]
         for path in paths:
             if path.exists():
                 target = root / path.relative_to(self.root)
@@ -310,7 +314,8 @@ class Assignment:
                 if names:
                     prepared[pid + WITH_COURSE_CODE], probe_item[pid + WITH_COURSE_CODE] = prepared[pid], item.grade_id
                     stand_ins[pid + WITH_COURSE_CODE] = names
-        course_code = _course_code(course, name, {n for names in defined.values() for n in names}) if stand_ins else None
+        defines = {n for names in defined.values() for n in names}
+        course_code = _course_code(course, name, defines) if stand_ins else None
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
                    {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins,
                    course_code)
@@ -349,6 +354,41 @@ def _course_code(course: Course, assignment: str, names: set[str]) -> dict:
     if names - top:
         raise GradingError(f"{path} does not define {', '.join(sorted(names - top))}, which items define.")
     return {"reference": Path(reference.__file__).read_text(), "stand_ins": source, "names": sorted(names)}
+
+
+def answer_cells(cells: list[dict]) -> list[tuple[str, str]]:
+    """The ``(grade_id, source)`` of every answer cell (code or written) of a notebook's cells."""
+    found = []
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and meta.get("grade_id"):
+            source = cell.get("source", "")
+            found.append((meta["grade_id"], "".join(source) if isinstance(source, list) else source))
+    return found
+
+
+def holds_answers(cells: list[dict], release: list[dict]) -> bool:
+    """Whether any answer cell of ``cells`` differs from the release's: the student wrote something."""
+    blank = dict(answer_cells(release))
+    return any(gid in blank and source.strip() != blank[gid].strip() for gid, source in answer_cells(cells))
+
+
+def extra_notebooks(folder: Path, graded: set[str], assignment: Assignment, pres: dict[str, Preflight]) -> list[str]:
+    """A flag for each notebook of the submission that was not graded (a copy, a renamed draft),
+    saying when it holds answers while a graded notebook is blank, so that a TA looks at it."""
+    flags = []
+    blank = [nb for nb, pre in pres.items()
+             if pre.notebook and not holds_answers(pre.notebook["cells"], assignment.release[nb])]
+    for path in sorted(folder.glob("*.ipynb")) if folder.is_dir() else []:
+        if path.name in graded:
+            continue
+        flag = f"Extra notebook {path.name!r} in the submission: it was not graded."
+        data, problem = read_notebook(path)
+        if not problem and any(holds_answers(data["cells"], cells) for cells in assignment.release.values()):
+            flag += (f" It holds answers, while the graded {blank[0]}.ipynb is blank: the student may have worked "
+                     f"in the copy; grade it by hand, or ask for the right file." if blank else " It holds answers.")
+        flags.append(flag)
+    return flags
 
 
 def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
@@ -408,7 +448,7 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
                            f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
                            "(the grader sees the operations that run, whatever name reached them).")
         if outcome.status == "todo":
-            return replace(failed, message="Not written yet: the answer still raises NotImplementedError.")
+            return replace(failed, message=f"{NOT_WRITTEN}: the answer still raises NotImplementedError.")
         if outcome.status != "ok":
             problem = run.cell_problems.get(answer.index) if answer else None
             message = outcome.message
@@ -497,14 +537,17 @@ def grade_submission(course: Course, assignment: Assignment, student: str,
     folder = course.submission_folder(assignment.name, student)
     result = SubmissionResult(student, assignment.name, 0.0, 0.0, isolation=worker.isolation.name,
                               checks_version=assignment.checks_version)
-    pres = {}
+    pres, graded = {}, set()
     for notebook in assignment.release:
         path = _find_notebook(folder, notebook, set(assignment.release), result.flags)
+        graded |= {path.name} if path else set()
         items, pres[notebook] = grade_notebook(assignment, notebook, path, worker)
         result.items.extend(items)
         result.flags.extend(f"{notebook}: {flag}" for flag in pres[notebook].flags)
         if pres[notebook].fatal:
             result.unreadable.append(notebook)
+            result.flags.append(f"{notebook}: not graded: {pres[notebook].fatal}")
+    result.flags.extend(extra_notebooks(folder, graded, assignment, pres))
     result.total = sum(i.score for i in result.items)
     result.max_total = sum(i.max_score for i in result.items)
     return result, pres

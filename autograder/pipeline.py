@@ -16,8 +16,8 @@ from pathlib import Path
 
 from autograder import feedback, record, sandbox
 from autograder.errors import GradingError
-from autograder.grading import (Assignment, Course, SubmissionResult, checks_version, grade_class, load_results,
-                                write_report)
+from autograder.grading import (Assignment, Course, SubmissionResult, answer_cells, checks_version, grade_class,
+                                load_results, write_report)
 from autograder.preflight import Preflight
 from autograder.regrade import Regrade, compare, out_of_date, write_changes_csv
 
@@ -49,11 +49,12 @@ def grade(course: Course, assignment: Assignment, students: list[str], isolation
     """Grades ``students`` and writes what belongs to each of them alone: the JSON report,
     the autograded notebooks and the feedback pages (so that shards never write the same file)."""
     graded = grade_class(course, assignment, students, isolation, progress)
+    marked = record.markings(course, assignment.name)
     for result, pres in graded:
         write_report(course, result)
         record.write_autograded(course, result, pres, assignment.release)
-        answers = {nb: feedback.answers_of(pre.notebook["cells"]) for nb, pre in pres.items() if pre.notebook}
-        feedback.write_feedback(course, result, answers)
+        answers = {nb: answer_cells(pre.notebook["cells"]) if pre.notebook else [] for nb, pre in pres.items()}
+        feedback.write_feedback(course, result, answers, marked.get(result.student))
     return graded
 
 
@@ -76,6 +77,8 @@ def grade_and_record(course: Course, assignment: str, students: list[str] | None
     isolation = isolation_for(course)
     with course.grading_lock(assignment, shard):
         prepared = Assignment.load(course, assignment)
+        if not shard:  # hand grades are read from it; shards leave the gradebook to the merge
+            record.ensure_assignment_in_gradebook(course, assignment)
         chosen = students or course.students(assignment)
         if shard:
             index, count = shard
@@ -119,14 +122,18 @@ def merge(course: Course, assignment: str) -> ClassGrades:
 
 
 def write_class_feedback(course: Course, assignment: str) -> list[Path]:
-    """Feedback pages again from the last grading (its reports and autograded notebooks)."""
+    """Feedback pages again from the last grading (its reports and autograded notebooks) and the
+    hand grades and comments that TAs have recorded in formgrader since: the one command that
+    makes students' feedback (in place of ``nbgrader generate_feedback``)."""
     results = load_results(course, assignment)
     if not results:
         raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
                            f"`autograder grade {assignment}` first.")
+    marked = record.markings(course, assignment)
     pages = []
     for result in results:
         folder = course.root / "autograded" / result.student / result.assignment
-        answers = {nb.stem: feedback.answers_of(json.loads(nb.read_text())["cells"]) for nb in folder.glob("*.ipynb")}
-        pages += feedback.write_feedback(course, result, answers)
+        notebooks = [folder / f"{nb}.ipynb" for nb in dict.fromkeys(i.notebook for i in result.items)]
+        answers = {nb.stem: answer_cells(json.loads(nb.read_text())["cells"]) if nb.exists() else [] for nb in notebooks}
+        pages += feedback.write_feedback(course, result, answers, marked.get(result.student))
     return pages

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -22,8 +23,8 @@ from sqlalchemy.exc import SAWarning
 
 from autograder.errors import GradingError
 from autograder.grading import Course, SubmissionResult
-from autograder.preflight import Preflight
-from autograder.sanitize import neutralize_student_markdown, safe_markdown
+from autograder.preflight import SKIP_TAG, Preflight
+from autograder.sanitize import inert_outputs, neutralize_student_markdown, safe_markdown
 
 CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "deduction",
               "message"]
@@ -59,6 +60,80 @@ def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
         raise GradingError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
+@dataclass
+class HandGrade:
+    """A written answer: its points, a TA's grade (None while it waits for one) and comment."""
+
+    notebook: str
+    grade_id: str
+    max_score: float
+    score: float | None = None
+    comment: str = ""
+
+
+@dataclass
+class Marking:
+    """What TAs recorded for one student in formgrader: the written answers' grades, and their
+    comments on any cell (by notebook and cell name)."""
+
+    written: list[HandGrade] = field(default_factory=list)
+    comments: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return sum(hand.score or 0.0 for hand in self.written)
+
+    @property
+    def max_score(self) -> float:
+        return sum(hand.max_score for hand in self.written)
+
+    @property
+    def waiting(self) -> list[HandGrade]:
+        return [hand for hand in self.written if hand.score is None]
+
+
+def written_answers(course: Course, assignment: str) -> list[HandGrade]:
+    """The written answers of the release notebooks (markdown cells graded by hand), not graded yet;
+    none where the release is not at hand (reports copied elsewhere)."""
+    found = []
+    for path in sorted((course.root / "release" / assignment).glob("*.ipynb")):
+        notebook = path.stem
+        for cell in json.loads(path.read_text())["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.get("cell_type") == "markdown" and meta.get("grade") and meta.get("grade_id"):
+                found.append(HandGrade(notebook, meta["grade_id"], float(meta.get("points", 0))))
+    return found
+
+
+def markings(course: Course, assignment: str) -> dict[str, Marking]:
+    """Every student's :class:`Marking` of ``assignment``, read from nbgrader's gradebook, where
+    formgrader writes hand grades and comments. The grader never writes either, so they survive
+    every regrade; a student the gradebook does not have yet has every written answer waiting."""
+    scores: dict[tuple[str, str, str], float | None] = {}
+    by_student: dict[str, Marking] = {}
+    with warnings.catch_warnings(), gradebook(course) as gb:
+        warnings.simplefilter("ignore", SAWarning)
+        try:
+            submissions = gb.assignment_submissions(assignment)
+        except MissingEntry:
+            submissions = []
+        for submission in submissions:
+            marking = by_student.setdefault(submission.student.id, Marking())
+            for nb in submission.notebooks:
+                scores.update({(submission.student.id, nb.name, grade.name): grade.manual_score
+                               for grade in nb.grades if grade.cell_type == "markdown"})
+                marking.comments.update({(nb.name, comment.name): comment.manual_comment
+                                         for comment in nb.comments if comment.manual_comment})
+    written = written_answers(course, assignment)
+    for student in {*by_student, *course.students(assignment)}:
+        marking = by_student.setdefault(student, Marking())
+        marking.written = [HandGrade(hand.notebook, hand.grade_id, hand.max_score,
+                                     scores.get((student, hand.notebook, hand.grade_id)),
+                                     marking.comments.get((hand.notebook, hand.grade_id), ""))
+                           for hand in written]
+    return by_student
+
+
 def item_message(item) -> str:
     """One item's result in words, as formgrader, the autograded notebook and LMS exports show it."""
     text = f"[{item.status}] {item.score:g}/{item.max_score:g} points. {item.message}"
@@ -89,8 +164,8 @@ def record_in_gradebook(course: Course, result: SubmissionResult) -> None:
                     grade.auto_score, grade.needs_manual_grade = item.score, False
                 elif unreadable:  # nothing there for a TA to grade by hand
                     grade.auto_score, grade.needs_manual_grade = 0.0, False
-                else:  # a written answer: a TA grades it in formgrader
-                    grade.auto_score, grade.needs_manual_grade = None, True
+                else:  # a written answer: a TA grades it in formgrader, once; a regrade keeps that grade
+                    grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
             for comment in submission.comments:
                 found = by_answer.get((notebook, comment.name))
                 # nbgrader renders comments as markdown without a sanitizer; messages can quote student code.
@@ -102,7 +177,8 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
                      release: dict[str, list[dict]]) -> None:
     """``autograded/<student>/<assignment>/<notebook>.ipynb``: the repaired notebook, each
     visible test cell showing the grader's result as plain text (what formgrader displays),
-    and the student's markdown made inert (:func:`safe_markdown`)."""
+    each ``skip-grading`` demonstration showing what the student saw (its figures and text,
+    :func:`inert_outputs`), and the student's markdown made inert (:func:`safe_markdown`)."""
     folder = course.root / "autograded" / result.student / result.assignment
     folder.mkdir(parents=True, exist_ok=True)
     by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
@@ -117,8 +193,10 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
             if not cell.get("id") or cell["id"] in seen:
                 cell["id"] = f"cell-{index}"
             seen.add(cell["id"])
-            if cell.get("cell_type") == "code":
-                cell["outputs"], cell["execution_count"] = [], None
+            if cell.get("cell_type") == "code":  # a demonstration's figures and text stay for the TA, made inert
+                demonstration = SKIP_TAG in (cell.get("metadata", {}).get("tags") or [])
+                cell["outputs"] = inert_outputs(cell.get("outputs")) if demonstration else []
+                cell["execution_count"] = None
             item = by_test.get((notebook, cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")))
             if item is not None:
                 cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": item_message(item) + "\n"}]

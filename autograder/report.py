@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import statistics
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,15 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from autograder.feedback import PAGES
-from autograder.grading import STATUSES, Course, SubmissionResult, load_results
-from autograder.record import item_message
+from autograder.grading import (
+    NOT_WRITTEN,
+    STATUSES,
+    Course,
+    SubmissionResult,
+    load_results,
+)
+from autograder.guide import write_guide
+from autograder.record import Marking, item_message, markings
 
 # Gradescope shows a submission's results once the instructor publishes the grades, as
 # nbgrader's release_feedback hands out feedback only when the instructor does.
@@ -32,6 +40,15 @@ GRADESCOPE_VISIBILITY = "after_published"
 # An item whose discrimination is below this tells strong and weak students apart no better
 # than chance, or worse: its check may be suspect.
 SUSPECT_BELOW = 0.1
+
+
+NOT_ATTEMPTED = "not attempted"
+"""How the report shows a failed item whose answer is still the release's ``NotImplementedError``."""
+
+
+def outcome(item) -> str:
+    """An item's status as the report counts it: a failed item not attempted apart from a wrong one."""
+    return NOT_ATTEMPTED if item.status == "failed" and item.message.startswith(NOT_WRITTEN) else item.status
 
 
 def item_order(results: list[SubmissionResult]) -> list[str]:
@@ -115,7 +132,8 @@ def _histogram(totals: list[float], max_total: float) -> str:
     return _png(fig)
 
 
-def render(assignment: str, results: list[SubmissionResult]) -> str:
+def render(assignment: str, results: list[SubmissionResult], graded_at: str = "",
+           marked: dict[str, Marking] | None = None) -> str:
     """The instructor's page: headline numbers and the hidden checks' version, score distribution,
     pass rate per item, item statistics, named mistakes, how often each status occurs, and flags
     per student."""
@@ -126,9 +144,10 @@ def render(assignment: str, results: list[SubmissionResult]) -> str:
     order = item_order(results)
     points = {i.grade_id: i.max_score for i in items}
     passed = Counter(i.grade_id for i in items if i.status == "passed")
-    mistakes = Counter(i.mistake for i in items if i.mistake).most_common()
-    statuses = Counter(i.status for i in items)
-    hit = Counter(status for r in results for status in {i.status for i in r.items})
+    mistakes = Counter(m for r in results for m in {i.mistake for i in r.items if i.mistake}).most_common()
+    statuses = Counter(outcome(i) for i in items)
+    hit = Counter(status for r in results for status in {outcome(i) for i in r.items})
+    shown = [*STATUSES[:2], NOT_ATTEMPTED, *STATUSES[2:]]
     return PAGES.get_template("report.html.j2").render(
         assignment=assignment, n=n, mean=statistics.mean(totals), median=statistics.median(totals),
         max_total=max_total, histogram=_histogram(totals, max_total),
@@ -137,11 +156,22 @@ def render(assignment: str, results: list[SubmissionResult]) -> str:
         items=[{"grade_id": g, "points": points[g], "passed": passed[g],
                 "mean": sum(i.score for i in items if i.grade_id == g) / n} for g in order],
         mistakes=mistakes,
-        mistakes_plot=_bars([m for m, _ in mistakes], [c for _, c in mistakes], "items",
-                            "How often each named mistake occurs") if mistakes else None,
-        statuses=[(s, statuses[s], hit[s]) for s in STATUSES if statuses[s]],
+        mistakes_plot=_bars([m for m, _ in mistakes], [c for _, c in mistakes], "students",
+                            "How many students made each named mistake") if mistakes else None,
+        statuses=[(s, statuses[s], hit[s]) for s in shown if statuses[s]], graded_at=graded_at,
+        written=_written_summary([(marked or {}).get(r.student, Marking()) for r in results]),
         flagged=[r for r in results if r.flags], item_stats=item_statistics(results), suspect_below=SUSPECT_BELOW,
         versions=checks_versions(results))
+
+
+def _written_summary(marks: list[Marking]) -> list[dict]:
+    """Per written answer: its points, how many students a TA has graded, how many wait, the mean."""
+    rows = []
+    for index, hand in enumerate(marks[0].written if marks else []):
+        scores = [m.written[index].score for m in marks if m.written[index].score is not None]
+        rows.append({"grade_id": hand.grade_id, "points": hand.max_score, "graded": len(scores),
+                     "waiting": len(marks) - len(scores), "mean": statistics.mean(scores) if scores else None})
+    return rows
 
 
 def spreadsheet_safe(text: str) -> str:
@@ -150,32 +180,51 @@ def spreadsheet_safe(text: str) -> str:
     return "'" + text if text.startswith(("=", "+", "-", "@", "\t", "\r")) else text
 
 
-def write_lms_csv(path: Path, results: list[SubmissionResult]) -> Path:
-    """One row per student, one column per item: the shape an LMS gradebook imports.
-    (``grades.csv``, written by ``autograder grade``, is the long shape: a row per student and item.)"""
+WAITING = "waiting"
+"""What an export shows for a written answer that no TA has graded yet."""
+
+
+def write_lms_csv(path: Path, results: list[SubmissionResult], marked: dict[str, Marking]) -> Path:
+    """One row per student, one column per item and per written answer: the shape an LMS gradebook
+    imports. Totals hold the hand grades recorded so far; ``waiting`` counts the written answers
+    no TA has graded yet, whose cells say ``waiting``. (``grades.csv``, written by
+    ``autograder grade``, is the long shape of the automatic grades: a row per student and item.)"""
     order = item_order(results)
+    written = [hand.grade_id for hand in next(iter(marked.values()), Marking()).written]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "total", "max_total", *order])
+        writer.writerow(["student", "total", "max_total", "waiting", *order, *written])
         for result in results:
             scores = {i.grade_id: i.score for i in result.items}
-            writer.writerow([spreadsheet_safe(result.student), f"{result.total:g}", f"{result.max_total:g}",
-                             *(f"{scores[g]:g}" if g in scores else "" for g in order)])
+            marking = marked.get(result.student, Marking())
+            hand = {h.grade_id: WAITING if h.score is None else f"{h.score:g}" for h in marking.written}
+            writer.writerow([spreadsheet_safe(result.student), f"{result.total + marking.score:g}",
+                             f"{result.max_total + marking.max_score:g}", len(marking.waiting),
+                             *(f"{scores[g]:g}" if g in scores else "" for g in order),
+                             *(hand.get(g, "") for g in written)])
     return path
 
 
-def gradescope_results(result: SubmissionResult) -> dict:
+def gradescope_results(result: SubmissionResult, marking: Marking | None = None) -> dict:
     """Gradescope's autograder ``results.json`` for one submission: a test per item, its
-    output the same text that formgrader and the autograded notebook show."""
+    output the same text that formgrader and the autograded notebook show, then one per written
+    answer with its hand grade (0 and "waiting" until a TA grades it)."""
+    marking = marking or Marking()
+    written = [{"name": hand.grade_id, "score": hand.score or 0.0, "max_score": hand.max_score,
+                "status": "passed" if hand.score is not None and hand.score >= hand.max_score else "failed",
+                "output": (f"Graded by hand: {hand.score:g}/{hand.max_score:g}. {hand.comment}".strip()
+                           if hand.score is not None else "Graded by hand: waiting for a TA.")}
+               for hand in marking.written]
     return {
-        "score": result.total,
+        "score": result.total + marking.score,
         "output": "\n".join(result.flags),
         "output_format": "text",  # messages quote student code: shown as text, never as markdown or HTML
         "test_output_format": "text",
         "visibility": GRADESCOPE_VISIBILITY,
         "tests": [{"name": item.grade_id, "number": str(number), "score": item.score, "max_score": item.max_score,
                    "status": "passed" if item.status == "passed" else "failed", "output": item_message(item)}
-                  for number, item in enumerate(result.items, 1)],
+                  for number, item in enumerate(result.items, 1)]
+                 + [{**test, "number": str(number)} for number, test in enumerate(written, len(result.items) + 1)],
     }
 
 
@@ -186,11 +235,14 @@ def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
     if not results:
         return None
     folder = course.reports(assignment)
+    marked = markings(course, assignment)
     html = folder / "report.html"
-    html.write_text(render(assignment, results))
+    newest = max(path.stat().st_mtime for path in folder.glob("*.json"))
+    html.write_text(render(assignment, results, time.strftime("%Y-%m-%d %H:%M", time.localtime(newest)), marked))
     gradescope = folder / "gradescope"
     for result in results:
         path = gradescope / result.student / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(gradescope_results(result), indent=2) + "\n")
-    return {"report": html, "lms": write_lms_csv(folder / "lms.csv", results), "gradescope": gradescope}
+        path.write_text(json.dumps(gradescope_results(result, marked.get(result.student)), indent=2) + "\n")
+    return {"report": html, "lms": write_lms_csv(folder / "lms.csv", results, marked), "gradescope": gradescope,
+            "guide": write_guide(course, assignment)}

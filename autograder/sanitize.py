@@ -56,3 +56,36 @@ def neutralize_student_markdown(cells: list[dict], release_cells: list[dict]) ->
         if source not in released:
             cell["source"] = safe_markdown(source)
             cell.pop("attachments", None)
+
+
+INERT_MIME = ("image/png", "image/jpeg", "text/plain")
+"""What of a rich output can be shown without running anything: images and text."""
+MAX_OUTPUT_CHARS = 4 * 2**20
+
+
+def _text(value) -> str | None:
+    """A notebook's multiline string (a string or a list of strings), or None if it is neither."""
+    if isinstance(value, list) and all(isinstance(part, str) for part in value):
+        value = "".join(value)
+    return value[:MAX_OUTPUT_CHARS] if isinstance(value, str) else None
+
+
+def inert_outputs(outputs) -> list[dict]:
+    """A demonstration cell's outputs with nothing active in them, for the TA who grades by hand:
+    printed text, errors as text, and of displayed results only images (PNG, JPEG) and plain
+    text. HTML, JavaScript, SVG, widgets and anything malformed are left out."""
+    kept = []
+    for output in outputs if isinstance(outputs, list) else []:
+        kind = output.get("output_type") if isinstance(output, dict) else None
+        if kind == "stream" and _text(output.get("text")) is not None:
+            name = output.get("name") if output.get("name") in ("stdout", "stderr") else "stdout"
+            kept.append({"output_type": "stream", "name": name, "text": _text(output["text"])})
+        elif kind == "error":
+            text = f"{_text(output.get('ename')) or 'Error'}: {_text(output.get('evalue')) or ''}\n"
+            kept.append({"output_type": "stream", "name": "stderr", "text": text})
+        elif kind in ("display_data", "execute_result") and isinstance(output.get("data"), dict):
+            data = {mime: _text(value) for mime, value in output["data"].items()
+                    if mime in INERT_MIME and _text(value) is not None}
+            if data:
+                kept.append({"output_type": "display_data", "data": data, "metadata": {}})
+    return kept

@@ -166,7 +166,7 @@ class Case:
     """
 
     student: str
-    notebook: object  # a notebook dict, raw bytes, a (file name, dict) pair, or None for an empty folder
+    notebook: object  # a notebook dict, raw bytes, a (file name, dict) pair, a list of pairs, or None for an empty folder
     total: float
     statuses: dict[str, set[str]] = field(default_factory=dict)
     flagged: bool = False
@@ -195,6 +195,25 @@ def edit_cells(notebook: dict, edit) -> dict:
     nb = json.loads(json.dumps(notebook))
     nb["cells"] = [c for c in (edit(c) for c in nb["cells"]) if c is not None]
     return nb
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+DEMO_OUTPUTS = [{"output_type": "stream", "name": "stdout", "text": "loss after 100 steps: 0.25\n"},
+                {"output_type": "display_data", "metadata": {},
+                 "data": {"image/png": PNG, "text/plain": "<Figure size 640x480 with 1 Axes>",
+                          "text/html": "<script>alert('demo')</script>"}},
+                {"output_type": "execute_result", "execution_count": 3, "metadata": {},
+                 "data": {"application/javascript": "alert('demo')"}}]
+
+
+def with_demo_outputs(notebook: dict) -> dict:
+    """The notebook as a student saved it after running its demonstrations: a figure, printed text
+    and active content in the outputs of its skip-grading cells."""
+    def edit(cell):
+        if "skip-grading" in cell["metadata"].get("tags", []):
+            cell["outputs"] = DEMO_OUTPUTS
+        return cell
+    return edit_cells(notebook, edit)
 
 
 def is_test(cell) -> bool:
@@ -309,6 +328,8 @@ def cases(course: Path) -> list[Case]:
         Case("bad_empty", b"", 0, {i: {"error"} for i in ITEMS}, message={"softmax_stable": "empty"}),
         Case("bad_duplicate", duplicate, 10, {i: {"passed"} for i in ITEMS}),
         Case("nothing", None, 0, {i: {"missing"} for i in ITEMS}, message={"softmax_stable": "No notebook"}),
+        Case("bad_copy", [(NB, blank), (NB.replace(".ipynb", "-Copy1.ipynb"), good)], 0, {i: FAILING for i in ITEMS}),
+        Case("demo_outputs", with_demo_outputs(good), 10, {item: {"passed"} for item in ITEMS}),
     ]
 
 
@@ -318,6 +339,8 @@ def write_submissions(course: Path, all_cases: list[Case]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if case.notebook is None:
             continue
-        name, content = case.notebook if isinstance(case.notebook, tuple) else (NB, case.notebook)
-        data = content if isinstance(content, bytes) else json.dumps(content, indent=1).encode()
-        (folder / name).write_bytes(data)
+        files = case.notebook if isinstance(case.notebook, list) else [
+            case.notebook if isinstance(case.notebook, tuple) else (NB, case.notebook)]
+        for name, content in files:
+            data = content if isinstance(content, bytes) else json.dumps(content, indent=1).encode()
+            (folder / name).write_bytes(data)

@@ -114,6 +114,39 @@ def test_source_is_graded_as_planned(source_nb):
     tools.assert_graded_as_planned(source_nb, POINTS)
 
 
+ATTENTION_TASKS = ("context_vectors", "self_attention_v1", "self_attention_v2", "causal_attention",
+                   "multihead_wrapper", "multihead_attention")
+
+
+def test_source_says_what_is_forbidden_and_where_it_comes_from(source_nb):
+    """Each task's heading names the library calls its check refuses; the book is cited by name;
+    the conventions cell's names are the other assignments' own; pictures are never graded."""
+    def heading(grade_id: str) -> str:
+        return source_nb.cells[source_nb.cells.index(tools.cell_by_grade_id(source_nb, grade_id)) - 1].source
+
+    assert all(name in heading("softmax_stable")
+               for name in ("torch.softmax", "F.softmax", "x.softmax", "torch.special.softmax", "forbidden"))
+    for grade_id in ATTENTION_TASKS:
+        text = heading(grade_id)
+        assert "scaled_dot_product_attention" in text and "nn.MultiheadAttention" in text, grade_id
+
+    cells = {cell.id: cell for cell in source_nb.cells}
+    sources, conventions = cells["sources"].source, cells["conventions"].source
+    assert "Raschka" in sources and "exercise 3.1" in sources and "exercise 3.2" in sources
+    markdown = "\n".join(cell.source for cell in source_nb.cells if cell.cell_type == "markdown")
+    assert not re.search(r"seed 0\d\d|elsewhere|\(exercise 3\.\d\)", markdown)
+    for assignment, names in (("02_multihead_attention", ("input_size", "hidden", "head_size")),
+                              ("04_mingpt", ("n_embd", "n_head", "block_size"))):
+        other = next((tools.REPO_ROOT / "source" / assignment).glob("*.ipynb")).read_text()
+        for name in names:
+            assert f"`{name}`" in conventions and name in other, (assignment, name)
+
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and "plt." in cell.source:
+            assert "skip-grading" in cell.metadata.get("tags", []), f"cell {cell.id} draws but is not skip-grading"
+            assert "nbgrader" not in cell.metadata, cell.id
+
+
 # --------------------------------------------------------------------------------------
 # 1. The committed release is what nbgrader makes from the source, without solutions
 # --------------------------------------------------------------------------------------

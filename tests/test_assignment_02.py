@@ -394,7 +394,7 @@ def test_merged_heads_without_transpose_cost_the_output_item_only_and_are_named(
     item = report["mha_output"]
     assert item["status"] == "failed" and item["score"] == 0
     assert item["mistake"] == "heads merged with view but no transpose", item
-    assert "transpose" in item["hint"]
+    assert ".contiguous().view(bs, seq, hidden)" in item["hint"], item["hint"]   # the notebook's own names
     for name in ("mha_scores", "mha_causal_mask"):
         assert report[name]["status"] == "passed" and report[name]["score"] == POINTS[name], report[name]
 
@@ -404,7 +404,7 @@ def test_pep8_violation_costs_exactly_the_deduction(reports):
     forward = report["self_attention_forward"]
     assert forward["status"] == "passed" and forward["score"] == POINTS["self_attention_forward"] - 1
     assert forward["deduction"].startswith("pep8"), forward
-    assert "E225" in forward["deduction"]
+    assert "E225" in forward["deduction"] and "'self.scale=hidden ** 0.5 " in forward["deduction"]   # the line itself
     init = report["self_attention_init"]   # the same answer cell, but the deduction is taken once
     assert (init["status"], init["score"], init["deduction"]) == ("passed", 1, "")
     assert report[""]["total"] == 1 + 2 + POINTS["mha_scores"] + POINTS["mha_causal_mask"]

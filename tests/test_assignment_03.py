@@ -133,6 +133,27 @@ def test_diagram_is_drawn_and_torchview_only_mentioned(source_nb, solved):
     assert any("torchview" in c.source for c in source_nb.cells if c.cell_type == "markdown")
 
 
+def test_teaching_cells_are_ungraded_and_draw_or_assert(source_nb, solved):
+    """The pictures and the predict-then-run cells are demonstrations: tagged skip-grading, drawn
+    with matplotlib, and (where they state a fact) asserting it, so running the solution checks them."""
+    nb, _ = solved
+    cells = {c.id: c for c in nb.cells}
+    for figure in ("causal-heatmap", "mask-conventions-figure", "layer-diagram"):
+        assert any("image/png" in o.get("data", {}) for o in cells[figure].outputs), figure
+    for demo in ("renormalise", "flip-predict", "is-causal-predict", "mha-empty-row-predict", "is-causal-hint",
+                 "gpt-layer"):
+        assert "assert " in cells[demo].source, demo
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and ("plt." in cell.source or "assert " in cell.source):
+            assert "nbgrader" in cell.metadata or "skip-grading" in cell.metadata.get("tags", []), cell.id
+    prompts = [c for c in source_nb.cells if c.cell_type == "markdown" and c.source.startswith("**Predict, then run:**")]
+    assert len(prompts) >= 2
+    markdown = "\n".join(c.source for c in source_nb.cells if c.cell_type == "markdown")
+    for word in ("the seed", "activity's", "seen before"):
+        assert word not in markdown, word
+    assert cells["conventions"].source.startswith("## Conventions") and cells["sources"].source.startswith("## Sources")
+
+
 # --------------------------------------------------------------------------------------
 # 1. The committed release is what nbgrader makes from the source, without solutions
 # --------------------------------------------------------------------------------------

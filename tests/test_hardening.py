@@ -47,6 +47,35 @@ def test_every_case_gets_the_grade_it_must_get(graded_class):
     assert not problems, "\n".join(problems)
 
 
+def test_extra_and_unreadable_notebooks_are_named_in_the_flags_and_get_a_feedback_page(graded_class):
+    """A solved copy beside a blank notebook, and a notebook that cannot be read: the report's flags
+    say so by name, and the student's feedback page says what happened."""
+    root, _, _ = graded_class
+    assert (f"Extra notebook '{hostile_class.NB.replace('.ipynb', '-Copy1.ipynb')}' in the submission: it was not "
+            f"graded. It holds answers, while the graded {hostile_class.NB} is blank") in " ".join(
+        report(root, "bad_copy")["flags"])
+    stem = hostile_class.NB.removesuffix(".ipynb")
+    for student, problem in (("bad_truncated", "not valid JSON"), ("nothing", "No notebook")):
+        assert any(flag.startswith(f"{stem}: not graded: ") and problem in flag
+                   for flag in report(root, student)["flags"]), report(root, student)["flags"]
+        page = root / "feedback" / student / A / f"{stem}.html"
+        assert problem in page.read_text(), student
+
+
+def test_the_autograded_notebook_keeps_the_demonstrations_figures_and_text_and_nothing_active(graded_class):
+    """formgrader shows the autograded notebook: the TA sees the figures and printed text of the
+    student's skip-grading cells, and no HTML or JavaScript from them."""
+    root, _, _ = graded_class
+    nb = json.loads((root / "autograded" / "demo_outputs" / A / hostile_class.NB).read_text())
+    demos = [c for c in nb["cells"] if "skip-grading" in c["metadata"].get("tags", [])]
+    assert demos and all(c["outputs"] for c in demos)
+    for cell in demos:
+        assert [o["output_type"] for o in cell["outputs"]] == ["stream", "display_data"]
+        data = {mime: "".join(value) for mime, value in cell["outputs"][1]["data"].items()}   # nbformat splits lines
+        assert data == {"image/png": hostile_class.PNG, "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    assert "alert(" not in json.dumps(nb)
+
+
 def test_forbidden_calls_out_of_the_answers_text_are_flagged(graded_class):
     """The library softmax reached through a getattr string, torch.ops.aten or a helper cell: the
     trace of what ran makes softmax_stable ``forbidden`` (checked with every case above) and flags

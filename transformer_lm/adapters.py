@@ -47,28 +47,34 @@ def _context(case: AttentionCase) -> int:
     return case.context_length or case.seq
 
 
-# Assignment 01 (seed 001): from dot products to multi-head attention ------------------
+# Assignment 01 (Raschka, chapter 3): from dot products to multi-head attention ------------------
+
+NAMES_01 = {"batch": "b", "seq": "num_tokens", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
 
 SELF_ATTENTION_V1 = AttentionAPI(
     init=lambda c: {"d_in": c.d_in, "d_out": c.d_out},
     state=lambda w, c: {"W_query": w.w_query.T, "W_key": w.w_key.T, "W_value": w.w_value.T},
+    names=NAMES_01,
 )
 
 SELF_ATTENTION_V2 = AttentionAPI(
     init=lambda c: {"d_in": c.d_in, "d_out": c.d_out, "qkv_bias": c.bias},
     state=lambda w, c: _projections(w, ("W_query", "W_key", "W_value")),
+    names=NAMES_01,
 )
 
 CAUSAL_ATTENTION = AttentionAPI(
     init=lambda c: {"d_in": c.d_in, "d_out": c.d_out, "context_length": _context(c), "dropout": c.dropout,
                     "qkv_bias": c.bias},
     state=lambda w, c: _projections(w, ("W_query", "W_key", "W_value")),
+    names=NAMES_01,
 )
 
 MULTI_HEAD_ATTENTION_WRAPPER = AttentionAPI(
     init=lambda c: {"d_in": c.d_in, "d_out": c.d_out // c.num_heads, "context_length": _context(c),
                     "dropout": c.dropout, "num_heads": c.num_heads, "qkv_bias": c.bias},
     state=_head_slices,
+    names=NAMES_01,
 )
 
 MULTI_HEAD_ATTENTION = AttentionAPI(
@@ -76,13 +82,17 @@ MULTI_HEAD_ATTENTION = AttentionAPI(
                     "num_heads": c.num_heads, "qkv_bias": c.bias},
     state=lambda w, c: {**_projections(w, ("W_query", "W_key", "W_value")),
                         **_linear("out_proj", w.w_out, w.b_out)},
+    names=NAMES_01,
 )
 
-# Assignment 02 (seed 003): SelfAttention and MultiHeadSelfAttention ------------------
+# Assignment 02 (the UMass Lowell homework): SelfAttention and MultiHeadSelfAttention ------------------
+
+NAMES_02 = {"batch": "bs", "seq": "seq", "d_out": "hidden", "num_heads": "self.num_heads", "head_dim": "self.head_size"}
 
 SELF_ATTENTION = AttentionAPI(
     init=lambda c: {"input_size": c.d_in, "hidden": c.d_out},
     state=lambda w, c: _projections(w, ("q", "k", "v")),
+    names=NAMES_02,
 )
 
 MULTI_HEAD_SELF_ATTENTION = AttentionAPI(
@@ -91,22 +101,28 @@ MULTI_HEAD_SELF_ATTENTION = AttentionAPI(
     state=lambda w, c: {**_projections(w, ("q", "k", "v")), **_linear("mix", w.w_out, w.b_out)},
     call_kwargs=lambda c: {"return_attention": True},
     weights_layout=lambda probs, c: probs.flatten(0, 1),
+    names=NAMES_02,
 )
 
 
-# Assignment 03 (seed 002): PyTorch's own layers, whose weights students load ---------
+# Assignment 03 (the in-class activity): PyTorch's own layers, whose weights students load ---------
+
+NAMES_03 = {"batch": "batch", "seq": "seq", "d_out": "self.model_dim", "num_heads": "self.num_heads",
+            "head_dim": "self.head_dim"}
 
 SELF_ATTENTION_HEAD = AttentionAPI(
     # Q, K: model_dim -> qk_dim; V: model_dim -> model_dim. Cases set d_in = d_value = model_dim, d_out = qk_dim.
     init=lambda c: {"model_dim": c.d_in, "qk_dim": c.d_out},
     state=lambda w, c: _projections(w, ("Q", "K", "V")),
     mask_arg="mask",
+    names=NAMES_03,
 )
 
 MULTIHEADED_SELF_ATTENTION = AttentionAPI(
     # forward(input, attn_mask=None), the mask in F.scaled_dot_product_attention's convention.
     init=lambda c: {"model_dim": c.d_out, "num_heads": c.num_heads},
     mask_arg="attn_mask",
+    names=NAMES_03,
 )
 
 
@@ -130,7 +146,7 @@ def encoder_layer_state(block) -> dict[str, torch.Tensor]:
     }
 
 
-# Assignment 04 (seed 000): minGPT ---------------------------------------------------------
+# Assignment 04: minGPT ---------------------------------------------------------
 
 def mingpt_config(case: AttentionCase) -> dict:
     """minGPT's config (as a dict; the probe makes it an object) for an attention case."""
@@ -141,4 +157,5 @@ def mingpt_config(case: AttentionCase) -> dict:
 MINGPT_ATTENTION = AttentionAPI(
     init=lambda c: {"config": mingpt_config(c)},
     state=lambda w, c: {**_projections(w, ("query", "key", "value")), **_linear("proj", w.w_out, w.b_out)},
+    names={"batch": "B", "seq": "T", "d_out": "C", "num_heads": "self.n_head", "head_dim": "hs"},
 )

@@ -54,6 +54,7 @@ class AttentionAPI:
     ``state`` turns reference weights into the student's parameters by name (it is applied to
     gradients too, so it must only select, transpose, slice or stack). ``weights_layout``
     turns reference attention weights ``(..., heads, seq, seq)`` into what the class returns.
+    ``names`` are the notebook's names for the shapes that hints speak of.
     """
 
     init: Callable[[AttentionCase], dict]
@@ -61,6 +62,7 @@ class AttentionAPI:
     call_kwargs: Callable[[AttentionCase], dict] = lambda case: {}
     mask_arg: str | None = None
     weights_layout: Callable[[torch.Tensor, AttentionCase], torch.Tensor] | None = None
+    names: dict[str, str] | None = None  # the notebook's names for shapes, in hints (transformer_lm.mistakes.NAMES)
 
 
 @dataclass

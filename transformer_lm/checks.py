@@ -156,7 +156,7 @@ def check_sampling(fn, logits: torch.Tensor, temperature: float = 1.0, top_k: in
 
 
 # --------------------------------------------------------------------------------------
-# Seed 000's gradient fingerprint of minGPT attention
+# The gradient fingerprint of the original minGPT attention exercise (assignment 04)
 # --------------------------------------------------------------------------------------
 
 SEED_000_FINGERPRINT = [161, 13, 294, 0, 37187, 432]
@@ -164,14 +164,14 @@ SEED_000_CONFIG = reference.GPTConfig(vocab_size=11, block_size=5, n_head=4, n_e
 
 
 def seed_000_input() -> torch.Tensor:
-    """Seed 000's input: 5 tokens of 12 features, the first 1,1,1,2,2,2,3,3,3,4,4,4, the rest ones."""
+    """The exercise's input: 5 tokens of 12 features, the first 1,1,1,2,2,2,3,3,3,4,4,4, the rest ones."""
     x = torch.ones(1, 5, 12)
     x[0, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat_interleave(3)
     return x
 
 
 def mingpt_fingerprint(module: torch.nn.Module, x: torch.Tensor | None = None) -> list[int]:
-    """Seed 000's check: every parameter at 0.1, ``y.sum()`` backpropagated, then
+    """The exercise's check: every parameter at 0.1, ``y.sum()`` backpropagated, then
     ``int(sum(grad**2))`` for query, key and value weights and biases."""
     for parameter in module.parameters():
         torch.nn.init.constant_(parameter, 0.1)
@@ -185,7 +185,7 @@ def mingpt_fingerprint(module: torch.nn.Module, x: torch.Tensor | None = None) -
 
 
 def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
-    """The fingerprint that minGPT attention with ``flaws`` gives on seed 000's input."""
+    """The fingerprint that minGPT attention with ``flaws`` gives on the exercise's input."""
     width = SEED_000_CONFIG.n_embd
     weights = AttentionWeights(*(torch.full((width, width), 0.1) for _ in range(3)),
                                *(torch.full((width,), 0.1) for _ in range(3)),
@@ -198,7 +198,7 @@ def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
 
 
 def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
-    """Judges a seed 000 fingerprint and names the catalogued mistake it comes from."""
+    """Judges a fingerprint of the minGPT exercise and names the catalogued mistake it comes from."""
     if list(fingerprint) == SEED_000_FINGERPRINT:
         return Verdict("passed", f"Gradient fingerprint {SEED_000_FINGERPRINT}: correct.")
     message = f"Gradient fingerprint {list(fingerprint)}, expected {SEED_000_FINGERPRINT}."

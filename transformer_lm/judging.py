@@ -96,10 +96,11 @@ class Verdict:
     status: str
     message: str
     mistake: catalog.Mistake | None = None
+    names: dict[str, str] | None = None  # the notebook's names for shapes, which the hint speaks
 
     @property
     def hint(self) -> str:
-        return self.mistake.hint if self.mistake else ""
+        return self.mistake.hint_in(self.names) if self.mistake else ""
 
     @property
     def passed(self) -> bool:
@@ -107,7 +108,7 @@ class Verdict:
 
     def raise_if_failed(self) -> None:
         if not self.passed:
-            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.mistake.hint}" if self.mistake else ""
+            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
             raise CheckFailed(self.message + hint)
 
 

@@ -95,10 +95,13 @@ def judge_here(check: CheckKind, namespace: dict, generator: torch.Generator, va
     return prepared.judge_result(prepared.call.run_here(namespace), values)
 
 
-def _judge_record(expected, candidates=None) -> Judge:
-    """Judges a record against the expected one, naming the candidates' mistakes."""
+def _judge_record(expected, candidates=None, names: dict[str, str] | None = None) -> Judge:
+    """Judges a record against the expected one, naming the candidates' mistakes, with hints in
+    the notebook's ``names`` for shapes."""
     def judge_record(record, value, values):
-        return judge(record, expected, candidates, values=values)
+        verdict = judge(record, expected, candidates, values=values)
+        verdict.names = names
+        return verdict
     return judge_record
 
 
@@ -378,7 +381,8 @@ class AttentionCheck:
             expected = {key: value for key, value in expected.items() if key in self.judges}
             candidates = {mistake: kept for mistake, record in candidates.items()
                           if (kept := {key: value for key, value in record.items() if key in self.judges})}
-        return Prepared(ProbeCall.of(self.probe, {"cls": self.object}, arguments), _judge_record(expected, candidates))
+        return Prepared(ProbeCall.of(self.probe, {"cls": self.object}, arguments),
+                        _judge_record(expected, candidates, self.api.names))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ PATH = Path(__file__).parent / "sandboxed" / "data" / "test_values.safetensors" 
 
 
 def make() -> dict[str, torch.Tensor]:
-    """All values, by ``<Group>.<name>``, as seed 003 names them."""
+    """All values, by ``<Group>.<name>``, as the UMass Lowell homework names them."""
     generator = torch.Generator().manual_seed(SEED)
 
     def uniform(*shape, fan_in):

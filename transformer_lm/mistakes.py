@@ -43,6 +43,10 @@ class Flaws:
     dropout_in_eval: float = 0.0
 
 
+NAMES = {"batch": "batch", "seq": "seq", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
+"""The names hints use for shapes, unless a notebook's API gives its own (:class:`transformer_lm.cases.AttentionAPI`)."""
+
+
 @dataclass(frozen=True)
 class GenerationFlaws:
     """Ways sampling and generation with minGPT can go wrong; the defaults are all correct."""
@@ -67,6 +71,11 @@ class Mistake:
     hint: str
     flaws: Flaws | GenerationFlaws
     shows_with: frozenset[str] = frozenset()
+
+    def hint_in(self, names: dict[str, str] | None = None) -> str:
+        """The hint in a notebook's own names (``batch``, ``seq``, ``d_out``, ``num_heads``,
+        ``head_dim``: :data:`NAMES` where the notebook has none of its own)."""
+        return self.hint.format_map({**NAMES, **(names or {})})
 
     def visible_in(self, features: set[str] | frozenset[str]) -> bool:
         return not self.shows_with or bool(self.shows_with & set(features))
@@ -100,8 +109,8 @@ ATTENTION: tuple[Mistake, ...] = (
     ),
     Mistake(
         "scaled_by_model_width", "scores scaled by the model width instead of the head width",
-        "With several heads, d_k is the width of one head (d_out // num_heads), not d_out: "
-        "scale by 1/sqrt(head_dim).",
+        "With several heads, d_k is the width of one head ({d_out} // {num_heads}), not {d_out}: "
+        "scale by 1/sqrt({head_dim}).",
         Flaws(scale="model"), frozenset({"heads"}),
     ),
     Mistake(
@@ -138,15 +147,15 @@ ATTENTION: tuple[Mistake, ...] = (
     ),
     Mistake(
         "split_heads_without_transpose", "heads split with view but no transpose",
-        "Split (batch, seq, d_out) with .view(batch, seq, num_heads, head_dim) and then "
-        ".transpose(1, 2). A direct .view(batch, num_heads, seq, head_dim) has the right shape "
+        "Split ({batch}, {seq}, {d_out}) with .view({batch}, {seq}, {num_heads}, {head_dim}) and then "
+        ".transpose(1, 2). A direct .view({batch}, {num_heads}, {seq}, {head_dim}) has the right shape "
         "but mixes tokens into the wrong heads.",
         Flaws(split_without_transpose=True), frozenset({"heads"}),
     ),
     Mistake(
         "merge_heads_without_transpose", "heads merged with view but no transpose",
-        "Before merging, .transpose(1, 2) back to (batch, seq, num_heads, head_dim), then "
-        ".contiguous().view(batch, seq, d_out). A direct view interleaves tokens and heads.",
+        "Before merging, .transpose(1, 2) back to ({batch}, {seq}, {num_heads}, {head_dim}), then "
+        ".contiguous().view({batch}, {seq}, {d_out}). A direct view interleaves tokens and heads.",
         Flaws(merge_without_transpose=True), frozenset({"heads"}),
     ),
     Mistake(

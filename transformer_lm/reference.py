@@ -199,7 +199,7 @@ def multi_head_attention(
 
 @dataclass
 class GPTConfig:
-    """Sizes of a minGPT-style model. The defaults are seed 000's attention exercise."""
+    """Sizes of a minGPT-style model. The defaults are the minGPT attention exercise's."""
 
     vocab_size: int = 11
     block_size: int = 5
@@ -215,7 +215,7 @@ class GPTConfig:
 
 
 class MultiHeadSelfAttention(nn.Module):
-    """minGPT's causal multi-head self-attention, with the member names of seed 000."""
+    """minGPT's causal multi-head self-attention, with the member names of minGPT."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -382,7 +382,7 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 
 
 def gradient_fingerprint(grads: AttentionWeights) -> list[int]:
-    """Seed 000's integer fingerprint of attention gradients: ``int(sum(g**2))`` for the
+    """The minGPT exercise's integer fingerprint of attention gradients: ``int(sum(g**2))`` for the
     query, key and value weights and biases, in that order; -1 marks a gradient with NaN."""
     order = (grads.w_query, grads.b_query, grads.w_key, grads.b_key, grads.w_value, grads.b_value)
     sums = [(g ** 2).sum().item() for g in order]

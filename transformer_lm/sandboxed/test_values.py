@@ -1,4 +1,4 @@
-"""Public test values for assignment 02, under the names seed 003 uses.
+"""Public test values for assignment 02, under the names of the UMass Lowell homework it comes from.
 
 ``SelfAttentionTestValues`` and ``MultiHeadAttentionTestValues`` hold an input ``x`` of shape
 (3, 5, 7), weights and biases for ``hidden=9`` (and 3 heads), and the expected ``output``

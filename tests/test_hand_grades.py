@@ -1,0 +1,85 @@
+"""The instructor's and TA's loop with the real tools: a class is graded, a TA grades a written
+answer and comments in the gradebook (as formgrader does, through nbgrader's Gradebook), the
+feedback is made, one student is regraded, the feedback is made again; the student's page holds
+the hand grade and both comments, nothing a TA wrote is lost, and the exports count the written
+points and mark the ones still waiting."""
+
+import csv
+import json
+
+import pytest
+
+import notebook_tools as tools
+from autograder import record, sandbox
+from autograder.cli import main
+from autograder.grading import Course
+
+pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
+
+A = "02_multihead_attention"
+NB = "multihead_attention"
+
+
+@pytest.fixture(scope="module")
+def looped(tmp_path_factory):
+    """The course folder after the whole loop, and the reports of its first grading."""
+    root = tmp_path_factory.mktemp("course")
+    source = tools.read(tools.REPO_ROOT / "source" / A / f"{NB}.ipynb")
+    blank = tools.read(tools.REPO_ROOT / "release" / A / f"{NB}.ipynb")
+    reports = tools.grade_class(A, root, {"ada": source, "bo": blank})
+    course = Course(root)
+    with record.gradebook(course) as gb:   # what formgrader writes when a TA grades Q1 and comments
+        gb.find_grade("q1", NB, A, "ada").manual_score = 1.0
+        gb.find_comment("q1", NB, A, "ada").manual_comment = "Right: **each head** sees its own subspace."
+        gb.find_comment("multihead_self_attention", NB, A, "ada").manual_comment = "Clean reshapes <b>well done</b>."
+        gb.db.commit()
+    assert main(["feedback", A, "--course", str(root)]) == 0
+    first_page = (root / "feedback" / "ada" / A / f"{NB}.html").read_text()
+    assert main(["grade", A, "--student", "ada", "--course", str(root)]) == 0   # a regrade after hand grading
+    assert main(["feedback", A, "--course", str(root)]) == 0
+    assert main(["report", A, "--course", str(root)]) == 0
+    return root, reports, first_page
+
+
+def test_the_feedback_page_holds_the_hand_grade_and_the_comments_after_a_regrade(looped):
+    root, _, first_page = looped
+    page = (root / "feedback" / "ada" / A / f"{NB}.html").read_text()
+    for text in (first_page, page):
+        assert "points of written answers graded by hand (4 still waiting for a TA)" in text
+        assert "<td>q1</td><td>1 / 1</td>" in text and "<td>q2</td><td>waiting for a TA</td>" in text
+        assert "Right: **each head** sees its own subspace." in text
+        assert "Clean reshapes &lt;b&gt;well done&lt;/b&gt;." in text   # a TA's comment is text, never markup
+
+
+def test_a_regrade_keeps_what_the_ta_wrote(looped):
+    root, _, _ = looped
+    with record.gradebook(Course(root)) as gb:
+        grade = gb.find_grade("q1", NB, A, "ada")
+        assert (grade.manual_score, grade.needs_manual_grade) == (1.0, False)
+        assert gb.find_grade("q2", NB, A, "ada").needs_manual_grade
+        assert gb.find_comment("q1", NB, A, "ada").manual_comment.startswith("Right")
+
+
+def test_autograder_report_writes_the_tas_grading_guide(looped):
+    root, _, _ = looped
+    guide = (root / "reports" / A / "grading_guide.html").read_text()
+    assert guide.count("<h3>Model answer and grading notes</h3>") == 5
+    assert "<h2>q1 (1 point), in multihead_attention</h2>" in guide
+    assert "Each score is a sum of $h$ products" in guide   # the model answer, which the release never holds
+    assert "Each score is a sum of $h$ products" not in (root / "release" / A / f"{NB}.ipynb").read_text()
+
+
+def test_the_exports_hold_the_written_points_and_mark_those_waiting(looped):
+    root, reports, _ = looped
+    rows = {row["student"]: row for row in csv.DictReader((root / "reports" / A / "lms.csv").open(newline=""))}
+    ada, bo = rows["ada"], rows["bo"]
+    assert (ada["q1"], ada["q2"], ada["waiting"]) == ("1", "waiting", "4")
+    assert float(ada["total"]) == reports["ada"]["total"] + 1
+    assert float(ada["max_total"]) == reports["ada"]["max_total"] + 5
+    assert (bo["q1"], bo["waiting"]) == ("waiting", "5")
+    scope = json.loads((root / "reports" / A / "gradescope" / "ada" / "results.json").read_text())
+    q1 = next(test for test in scope["tests"] if test["name"] == "q1")
+    assert (q1["score"], q1["max_score"]) == (1.0, 1.0) and scope["score"] == reports["ada"]["total"] + 1
+    page = (root / "reports" / A / "report.html").read_text()
+    assert "Written answers, graded by hand" in page
+    assert '<tr><td>q1</td><td class="n">1</td><td class="n">1</td>' in page
