@@ -14,6 +14,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from autograder.grading import Course, SubmissionResult
+from autograder.record import marking_digest
 
 # The pages' templates (autograder/templates/), shared with autograder.report: every value
 # put into a page is escaped, so no string from a submission becomes markup. They are found
@@ -51,4 +52,7 @@ def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, 
         path = folder / f"{notebook}.html"
         path.write_text(render(result, notebook, cells, marking))
         written.append(path)
+    stamp = course.root / ".grading" / "feedback" / result.assignment / result.student
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(marking_digest(marking))  # which hand grades the pages hold: record.stale_feedback
     return written

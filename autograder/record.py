@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -90,6 +91,22 @@ class Marking:
     @property
     def waiting(self) -> list[HandGrade]:
         return [hand for hand in self.written if hand.score is None]
+
+
+def marking_digest(marking: Marking | None) -> str:
+    """A short digest of what TAs recorded for a student, to tell when a page predates it."""
+    marking = marking or Marking()
+    text = json.dumps([[h.notebook, h.grade_id, h.score, h.comment] for h in marking.written]
+                      + sorted([*key, text] for key, text in marking.comments.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stale_feedback(course: Course, assignment: str) -> list[str]:
+    """The students whose feedback pages were made before the hand grades or comments that the
+    gradebook holds now (each page's digest is kept in ``.grading/feedback/<assignment>/``)."""
+    stamps = course.root / ".grading" / "feedback" / assignment
+    return sorted(student for student, marking in markings(course, assignment).items()
+                  if (stamps / student).exists() and (stamps / student).read_text() != marking_digest(marking))
 
 
 def written_answers(course: Course, assignment: str) -> list[HandGrade]:

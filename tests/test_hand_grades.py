@@ -83,3 +83,20 @@ def test_the_exports_hold_the_written_points_and_mark_those_waiting(looped):
     page = (root / "reports" / A / "report.html").read_text()
     assert "Written answers, graded by hand" in page
     assert '<tr><td>q1</td><td class="n">1</td><td class="n">1</td>' in page
+
+
+def test_the_report_says_when_feedback_predates_hand_grades_and_autograder_feedback_catches_up(looped, capsys):
+    """Run last: it grades one more written answer by hand, after the feedback was made."""
+    root, _, _ = looped
+    with record.gradebook(Course(root)) as gb:
+        gb.find_grade("q2", NB, A, "ada").manual_score = 0.5
+        gb.db.commit()
+    capsys.readouterr()
+    assert main(["report", A, "--course", str(root)]) == 0
+    said = capsys.readouterr().out
+    assert "The feedback pages of 1 student(s) predate hand grades or comments recorded since (ada)" in said, said
+    assert main(["feedback", A, "--course", str(root)]) == 0
+    assert "<td>q2</td><td>0.5 / 1</td>" in (root / "feedback" / "ada" / A / f"{NB}.html").read_text()
+    capsys.readouterr()
+    assert main(["report", A, "--course", str(root)]) == 0
+    assert "predate" not in capsys.readouterr().out

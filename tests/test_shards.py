@@ -62,5 +62,6 @@ def test_a_wrong_shard_is_refused_with_its_form(shard, capsys, tmp_path):
 
 def test_merge_without_reports_says_what_to_run(tmp_path, capsys):
     shutil.copy2(tools.REPO_ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(tools.REPO_ROOT / "release" / A, tmp_path / "release" / A)   # released, not graded
     assert main(["merge", A, "--course", str(tmp_path)]) == 2
     assert f"autograder grade {A} --shard" in capsys.readouterr().err
