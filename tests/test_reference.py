@@ -150,3 +150,40 @@ def test_sampling_respects_top_k():
     tokens = reference.sample_next_token(logits, temperature=1.0, top_k=2)
     assert set(tokens.flatten().tolist()) <= {1, 2}
     assert torch.equal(reference.sample_next_token(logits, top_k=1), torch.full((200, 1), 1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq, block_q, block_k", [(13, 4, 5), (7, 16, 16), (20, 8, 3), (9, 1, 1)])
+def test_tiled_attention_equals_attention_with_its_log_sum_exp_and_gradients(causal, seq, block_q, block_k):
+    """FlashAttention's forward (output and log-sum-exp) and its backward by recomputation equal
+    plain attention and autograd, in float64, for sequences the blocks do not divide."""
+    generator = torch.Generator().manual_seed(seq)
+    q, k = (torch.randn(2, 3, seq, 6, generator=generator, dtype=torch.float64, requires_grad=True) for _ in "qk")
+    v = torch.randn(2, 3, seq, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    mask = reference.causal_mask(seq) if causal else None
+    expected = reference.scaled_dot_product_attention(q, k, v, mask).output
+    grad_out = torch.randn(expected.shape, generator=generator, dtype=torch.float64)
+    out = reference.FlashAttention.apply(q, k, v, causal, block_q, block_k)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), grad_out),
+                         torch.autograd.grad(expected, (q, k, v), grad_out)):
+        torch.testing.assert_close(got, want)
+    scores = reference.apply_mask(reference.attention_scores(q, k), mask)
+    _, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1))
+
+
+def test_online_softmax_and_the_merge_of_partial_stats():
+    x = torch.randn(4, 23, generator=torch.Generator().manual_seed(0))
+    close(reference.online_softmax(x, 5), torch.softmax(x, dim=-1))
+    left, right = reference.softmax_stats(x[:, :9]), reference.softmax_stats(x[:, 9:])
+    merged = reference.merge_softmax_stats(left, right)
+    close(merged.maximum + torch.log(merged.total), torch.logsumexp(x, dim=-1))
+    empty = reference.softmax_stats(torch.full((4, 3), float("-inf")))   # a fully masked block merges as nothing
+    close(reference.merge_softmax_stats(empty, left).total, left.total)
+
+
+def test_causal_tiles_skip_the_key_blocks_in_the_future():
+    visited = [list(reference.key_blocks(qs, qs + 4, 16, 4, causal=True)) for qs in range(0, 16, 4)]
+    assert visited == [[0], [0, 4], [0, 4, 8], [0, 4, 8, 12]]   # 10 of 16 tiles
+    assert list(reference.key_blocks(0, 4, 16, 4, causal=False)) == [0, 4, 8, 12]
