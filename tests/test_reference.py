@@ -187,3 +187,18 @@ def test_causal_tiles_skip_the_key_blocks_in_the_future():
     visited = [list(reference.key_blocks(qs, qs + 4, 16, 4, causal=True)) for qs in range(0, 16, 4)]
     assert visited == [[0], [0, 4], [0, 4, 8], [0, 4, 8, 12]]   # 10 of 16 tiles
     assert list(reference.key_blocks(0, 4, 16, 4, causal=False)) == [0, 4, 8, 12]
+
+
+def test_the_tensor_trace_sees_the_full_score_matrix_of_plain_attention_and_not_of_the_tiled_one():
+    """What the memory checks of tiled attention judge: the largest tensors created, and what
+    autograd saves, whatever code made them."""
+    from transformer_lm.sandboxed import probes
+
+    q, k, v = (torch.randn(1, 2, 64, 8, requires_grad=True) for _ in "qkv")
+    with probes.trace_tensors() as plain:
+        reference.scaled_dot_product_attention(q, k, v).output.sum().backward()
+    with probes.trace_tensors() as tiled:
+        reference.FlashAttention.apply(q, k, v, False, 16, 16).sum().backward()
+    assert (1, 2, 64, 64) in plain["created"] and (1, 2, 64, 64) in plain["saved"]
+    assert max(probes._numel(shape) for shape in tiled["created"]) < 64 * 64
+    assert sorted(tiled["saved"]) == sorted([(1, 2, 64, 8)] * 4 + [(1, 2, 64)])   # q, k, v, output, lse

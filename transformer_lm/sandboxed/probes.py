@@ -337,6 +337,53 @@ COURSE_CODE_CELL = -1
 """What a trace records for a frame of the course's code: it owns the calls made inside it."""
 
 
+MAX_TRACED_TENSORS = 20
+"""Largest tensors kept by :func:`trace_tensors`: enough to judge memory, small enough to journal."""
+
+
+class _TensorSizes(TorchDispatchMode):
+    """Sees every tensor an ATen operator creates (views of other tensors hold no new memory) and
+    keeps the shapes of the largest."""
+
+    def __init__(self, sizes: list[tuple[int, ...]]):
+        super().__init__()
+        self.sizes = sizes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for out in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(out, torch.Tensor) and not out._is_view():
+                self.sizes.append(tuple(out.shape))
+        if len(self.sizes) > 4 * MAX_TRACED_TENSORS:
+            self.sizes.sort(key=_numel, reverse=True)
+            del self.sizes[MAX_TRACED_TENSORS:]
+        return result
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+@contextlib.contextmanager
+def trace_tensors():
+    """Records, while the block runs (forward and backward passes alike), the shapes of the
+    largest tensors that operators create (``created``) and of every tensor autograd saves for a
+    backward pass (``saved``, a custom Function's ``save_for_backward`` included): what a memory
+    check judges, whatever code created them."""
+    record = {"created": [], "saved": []}
+
+    def pack(tensor):
+        record["saved"].append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), _TensorSizes(record["created"]):
+        yield record
+    record["created"] = sorted(record["created"], key=_numel, reverse=True)[:MAX_TRACED_TENSORS]
+
+
 def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:
     """Splits probe arguments into plain (JSON) ones and tensors; a dict of tensors becomes
     one tensor per entry, named ``"<argument>/<key>"``. None values are left out."""
