@@ -118,7 +118,7 @@ def feedback_command(args) -> int:
 
 
 def report_command(args) -> int:
-    from autograder import record, report
+    from autograder import report
 
     course = course_of(args)
     written = report.write_reports(course, args.assignment)
@@ -130,7 +130,7 @@ def report_command(args) -> int:
           f"Gradescope results: {written['gradescope'] / '<student>' / 'results.json'}")
     if written["guide"]:
         print(f"Grading guide of the written answers, for TAs: {written['guide']}")
-    stale = record.stale_feedback(course, args.assignment)
+    stale = written["stale"]
     if stale:
         print(f"The feedback pages of {len(stale)} student(s) predate hand grades or comments recorded since "
               f"({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''}): make them again with "

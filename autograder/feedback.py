@@ -14,7 +14,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from autograder.grading import Course, SubmissionResult
-from autograder.record import marking_digest
+from autograder.record import Marking, feedback_stamp, marking_digest
 
 # The pages' templates (autograder/templates/), shared with autograder.report: every value
 # put into a page is escaped, so no string from a submission becomes markup. They are found
@@ -29,14 +29,14 @@ def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str
     ``(grade_id, source)`` answer cells, ``marking`` what TAs recorded by hand
     (:class:`autograder.record.Marking`): written answers' grades and comments."""
     items = [i for i in result.items if i.notebook == notebook]
-    written = [hand for hand in (marking.written if marking else []) if hand.notebook == notebook]
-    comments = {name: text for (nb, name), text in (marking.comments if marking else {}).items()
-                if nb == notebook and name not in {hand.grade_id for hand in written}}
+    marking = marking or Marking()
+    here = Marking([hand for hand in marking.written if hand.notebook == notebook])  # this notebook's written answers
+    comments = {name: text for (nb, name), text in marking.comments.items()
+                if nb == notebook and name not in {hand.grade_id for hand in here.written}}
     return PAGES.get_template("feedback.html.j2").render(
-        result=result, notebook=notebook, items=items, answers=answers, written=written, comments=comments,
+        result=result, notebook=notebook, items=items, answers=answers, written=here.written, comments=comments,
         got=sum(i.score for i in items), total=sum(i.max_score for i in items),
-        hand_got=sum(hand.score or 0.0 for hand in written), hand_total=sum(hand.max_score for hand in written),
-        waiting=sum(hand.score is None for hand in written),
+        hand_got=here.score, hand_total=here.max_score, waiting=len(here.waiting),
         flags=[f for f in result.flags if f.startswith(notebook + ":")])
 
 
@@ -52,7 +52,7 @@ def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, 
         path = folder / f"{notebook}.html"
         path.write_text(render(result, notebook, cells, marking))
         written.append(path)
-    stamp = course.root / ".grading" / "feedback" / result.assignment / result.student
+    stamp = feedback_stamp(course, result.assignment, result.student)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(marking_digest(marking))  # which hand grades the pages hold: record.stale_feedback
     return written

@@ -35,7 +35,7 @@ from autograder import runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
 from autograder.forbidden import found_in_trace
-from autograder.preflight import Preflight, preflight, read_notebook
+from autograder.preflight import Preflight, preflight, read_notebook, source_text
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
@@ -362,8 +362,7 @@ def answer_cells(cells: list[dict]) -> list[tuple[str, str]]:
     for cell in cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("solution") and meta.get("grade_id"):
-            source = cell.get("source", "")
-            found.append((meta["grade_id"], "".join(source) if isinstance(source, list) else source))
+            found.append((meta["grade_id"], source_text(cell.get("source", ""))))
     return found
 
 

@@ -11,13 +11,9 @@ from pathlib import Path
 
 from autograder.feedback import PAGES
 from autograder.grading import Course
+from autograder.preflight import source_text
 
 SOLUTION = re.compile(r"### BEGIN SOLUTION\s*(.*?)\s*### END SOLUTION", re.S)
-
-
-def _text(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
 
 
 def written_questions(course: Course, assignment: str) -> list[dict]:
@@ -30,11 +26,12 @@ def written_questions(course: Course, assignment: str) -> list[dict]:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if cell.get("cell_type") != "markdown" or not (meta.get("grade") and meta.get("solution")):
                 continue
-            question = next((_text(c) for c in reversed(cells[:index]) if c.get("cell_type") == "markdown"), "")
-            model = SOLUTION.search(_text(cell))
+            question = next((source_text(c.get("source", "")) for c in reversed(cells[:index])
+                             if c.get("cell_type") == "markdown"), "")
+            model = SOLUTION.search(source_text(cell.get("source", "")))
             found.append({"notebook": path.stem, "grade_id": meta.get("grade_id", ""),
                           "points": meta.get("points", 0), "question": question,
-                          "model": model.group(1) if model else _text(cell)})
+                          "model": model.group(1) if model else source_text(cell.get("source", ""))})
     return found
 
 

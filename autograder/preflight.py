@@ -68,7 +68,8 @@ class Preflight:
         return next((c for c in self.cells if c.grade_id == grade_id and c.role == "answer"), None)
 
 
-def _text(source) -> str:
+def source_text(source) -> str:
+    """A cell's source as one string (nbformat keeps it as a string or a list of lines)."""
     return "".join(source) if isinstance(source, list) else str(source)
 
 
@@ -142,7 +143,7 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tupl
         seen.add(grade_id)
         original = by_id[grade_id]
         if _role(_nbgrader(original)) in ("test", "readonly"):
-            if _text(cell.get("source", "")) != _text(original["source"]) or cell.get("cell_type") != original["cell_type"]:
+            if source_text(cell.get("source", "")) != source_text(original["source"]) or cell.get("cell_type") != original["cell_type"]:
                 flags.append(f"The locked cell {grade_id!r} was changed; it was restored from the release.")
             cells.append(copy.deepcopy(original))
             continue
@@ -207,7 +208,7 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         meta = _nbgrader(node)
         tags = node.get("metadata", {}).get("tags") or []
         grade_id = meta.get("grade_id")
-        result.cells.append(Cell(index, node["cell_type"], _text(node.get("source", "")), grade_id, _role(meta),
+        result.cells.append(Cell(index, node["cell_type"], source_text(node.get("source", "")), grade_id, _role(meta),
                                  SKIP_TAG in tags or (grade_id is not None and grade_id in release_skip), node))
     result.notebook = {**data, "cells": restored}
     for cell in result.cells:

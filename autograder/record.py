@@ -101,12 +101,17 @@ def marking_digest(marking: Marking | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def stale_feedback(course: Course, assignment: str) -> list[str]:
-    """The students whose feedback pages were made before the hand grades or comments that the
-    gradebook holds now (each page's digest is kept in ``.grading/feedback/<assignment>/``)."""
-    stamps = course.root / ".grading" / "feedback" / assignment
-    return sorted(student for student, marking in markings(course, assignment).items()
-                  if (stamps / student).exists() and (stamps / student).read_text() != marking_digest(marking))
+def feedback_stamp(course: Course, assignment: str, student: str) -> Path:
+    """Where the digest of the marking a student's feedback pages were made with is kept."""
+    return course.root / ".grading" / "feedback" / assignment / student
+
+
+def stale_feedback(course: Course, assignment: str, marked: dict[str, Marking]) -> list[str]:
+    """The students whose feedback pages were made before the hand grades or comments of
+    ``marked`` (:func:`markings`, what the gradebook holds now)."""
+    stamps = {student: feedback_stamp(course, assignment, student) for student in marked}
+    return sorted(student for student, marking in marked.items()
+                  if stamps[student].exists() and stamps[student].read_text() != marking_digest(marking))
 
 
 def written_answers(course: Course, assignment: str) -> list[HandGrade]:

@@ -32,7 +32,7 @@ from autograder.grading import (
     load_results,
 )
 from autograder.guide import write_guide
-from autograder.record import Marking, item_message, markings
+from autograder.record import Marking, item_message, markings, stale_feedback
 
 # Gradescope shows a submission's results once the instructor publishes the grades, as
 # nbgrader's release_feedback hands out feedback only when the instructor does.
@@ -229,8 +229,9 @@ def gradescope_results(result: SubmissionResult, marking: Marking | None = None)
 
 
 def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
-    """Writes ``report.html``, ``lms.csv`` and ``gradescope/<student>/results.json`` under
-    ``reports/<assignment>/``; None when there is no graded submission to report on."""
+    """Writes ``report.html``, ``lms.csv``, ``gradescope/<student>/results.json`` and the TA's grading
+    guide under ``reports/<assignment>/``, and names the students whose feedback pages predate their
+    hand grades (``stale``); None when there is no graded submission to report on."""
     results = load_results(course, assignment)
     if not results:
         return None
@@ -245,4 +246,4 @@ def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gradescope_results(result, marked.get(result.student)), indent=2) + "\n")
     return {"report": html, "lms": write_lms_csv(folder / "lms.csv", results, marked), "gradescope": gradescope,
-            "guide": write_guide(course, assignment)}
+            "guide": write_guide(course, assignment), "stale": stale_feedback(course, assignment, marked)}

@@ -250,6 +250,11 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
     return arguments, {"output": output.detach(), "grad.x": leaf.grad}, candidates
 
 
+def parameters_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A module's parameters by name, detached copies: the state a probe loads into a student's class."""
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
 def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator):
     """Probe arguments (the reference module's parameters by name, the inputs, a random
     upstream gradient) and the expected record (first output, input and parameter
@@ -264,7 +269,7 @@ def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], genera
     expected = {"output": output.detach()}
     expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
     expected.update({f"grad.{n}": p.grad for n, p in module.named_parameters()})
-    state = {n: p.detach().clone() for n, p in module.named_parameters()}
+    state = parameters_of(module)
     return {"state": state, "inputs": inputs, "grad_output": grad_output}, expected
 
 
@@ -281,7 +286,7 @@ def generate_records(config: reference.GPTConfig, generator: torch.Generator, ba
     with probes.tokens_per_call(model) as seen:
         model.generate(idx, max_new_tokens, top_k=1, use_cache=True)
     expected["tokens_per_call"] = torch.tensor(seen, dtype=torch.long)
-    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = parameters_of(model)
     return model, state, idx, expected
 
 
@@ -556,7 +561,7 @@ class LossCheck:
             counted = flat_targets != -1
             every_position = torch.nn.functional.cross_entropy(
                 flat_logits, flat_targets.clamp(min=0), reduction="none").masked_fill(~counted, 0.0).mean()
-        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        state = parameters_of(model)
         arguments = {"init": {"config": self.config}, "state": state, "inputs": {"idx": idx, "targets": targets}}
 
         def judge_loss(record, value, values) -> Verdict:
@@ -706,7 +711,7 @@ class CachedForwardCheck:
             expected = {"cached": model(idx)[0][:, self.prefix - 1:]}
         candidates = {mistake: {"cached": cached_logits(catalog.flawed_model(model, mistake.flaws), idx, self.prefix)}
                       for mistake in catalog.generation_mistakes("cache")}
-        state = {n: p.detach().clone() for n, p in model.named_parameters()}
+        state = parameters_of(model)
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx, "prefix": self.prefix}
 
         def judge_cached(record, value, values) -> Verdict:

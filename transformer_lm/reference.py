@@ -438,25 +438,31 @@ def key_blocks(query_start: int, query_stop: int, keys: int, block_k: int, causa
     return range(0, stop, block_k)
 
 
+def _tile_scores(qb: torch.Tensor, kb: torch.Tensor, query_start: int, key_start: int, causal: bool) -> torch.Tensor:
+    """The scaled scores of one tile ``(..., block_q, block_k)``, with the keys in each query's
+    future at ``-inf`` under a causal mask (queries and keys aligned at the start)."""
+    scores = attention_scores(qb, kb)
+    if causal:
+        rows = torch.arange(query_start, query_start + qb.shape[-2], device=qb.device).unsqueeze(-1)
+        cols = torch.arange(key_start, key_start + kb.shape[-2], device=qb.device)
+        scores = scores.masked_fill(cols > rows, float("-inf"))
+    return scores
+
+
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, block_q: int = 16,
                   block_k: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention ``softmax(q k^T / sqrt(d)) v`` tile by tile, never holding more than a
     ``(block_q, block_k)`` tile of scores per (batch, head): q ``(..., T_q, d)``, k ``(..., T_k, d)``,
     v ``(..., T_k, d_v)``. Returns the output ``(..., T_q, d_v)`` and each query's log-sum-exp
     ``(..., T_q)``, which is all the backward pass needs to recompute the weights."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
     lse = q.new_empty(q.shape[:-1])
     for qs in range(0, q.shape[-2], block_q):
         qb = q[..., qs:qs + block_q, :]
-        rows = torch.arange(qs, qs + qb.shape[-2], device=q.device).unsqueeze(-1)
         acc = q.new_zeros(*qb.shape[:-1], v.shape[-1])
         stats = SoftmaxStats(q.new_full(qb.shape[:-1], float("-inf")), q.new_zeros(qb.shape[:-1]))
         for ks in key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
-            scores = (qb @ k[..., ks:ks + block_k, :].transpose(-2, -1)) * scale  # (..., bq, bk)
-            if causal:
-                cols = torch.arange(ks, ks + scores.shape[-1], device=q.device)
-                scores = scores.masked_fill(cols > rows, float("-inf"))
+            scores = _tile_scores(qb, k[..., ks:ks + block_k, :], qs, ks, causal)  # (..., bq, bk)
             merged = merge_softmax_stats(stats, softmax_stats(scores))
             finite = torch.where(torch.isneginf(merged.maximum), 0.0, merged.maximum).unsqueeze(-1)
             acc = acc * rescale(stats.maximum, merged.maximum).unsqueeze(-1) \
@@ -471,18 +477,14 @@ def flash_backward(q, k, v, out, lse, grad_out, causal: bool = False, block_q: i
     """The gradients of :func:`flash_forward` with respect to q, k and v, recomputing each tile's
     weights from the log-sum-exp (``P = exp(S - lse)``) instead of storing them; with
     ``D = rowsum(dO * O)``, ``dS = P * (dO V^T - D)``."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = 1.0 / math.sqrt(q.shape[-1])  # of the scores, so of their gradients
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     delta = (grad_out * out).sum(dim=-1)  # (..., T_q): D
     for qs in range(0, q.shape[-2], block_q):
         qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
-        rows = torch.arange(qs, qs + qb.shape[-2], device=q.device).unsqueeze(-1)
         for ks in key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
             kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
-            scores = (qb @ kb.transpose(-2, -1)) * scale
-            if causal:
-                cols = torch.arange(ks, ks + scores.shape[-1], device=q.device)
-                scores = scores.masked_fill(cols > rows, float("-inf"))
+            scores = _tile_scores(qb, kb, qs, ks, causal)
             probs = torch.exp(scores - lse[..., qs:qs + block_q].unsqueeze(-1))  # (..., bq, bk)
             dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
             dscores = probs * (dob @ vb.transpose(-2, -1) - delta[..., qs:qs + block_q].unsqueeze(-1))
