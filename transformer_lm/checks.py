@@ -23,6 +23,8 @@ from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoa
                                   attention_function_candidates, function_check, sampling_check)
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
+from transformer_lm.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
+                                        OnlineSoftmaxCheck, TileCase)
 
 def check_shape(got: torch.Tensor, expected_shape, name: str = "output") -> None:
     """Raises :class:`CheckFailed` unless ``got`` has ``expected_shape``."""
@@ -211,3 +213,69 @@ def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
                        "correctly; look at the mask fill value (-inf) and the softmax.",
                        catalog.BY_NAME["mask_filled_with_zero"])
     return Verdict("failed", message)
+
+
+# --------------------------------------------------------------------------------------
+# Attention that fits in memory (assignment 05): values, memory and work, on visible sizes
+# --------------------------------------------------------------------------------------
+
+TILED_VALUE_CASES = (
+    TileCase(2, 3, 37, 37, 8, 6, 8, 5),                  # T not a multiple of either block
+    TileCase(2, 3, 37, 37, 8, 6, 8, 5, causal=True),
+    TileCase(1, 2, 19, 45, 4, 7, 16, 16),                # fewer queries than keys, one query block
+)
+TILED_SPREAD_CASE = TileCase(2, 2, 29, 29, 8, 6, 8, 4, causal=True, spread=True)
+"""Rows whose scores lie hundreds apart: one maximum shared by all rows underflows. (Only for the
+forward: float32 gradients of scores in the hundreds stray past the course's tolerance.)"""
+TILED_MEMORY_CASE = TileCase(1, 2, 160, 160, 8, 8, 16, 16, causal=True)
+"""The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
+of one batch and head 256, and the output of every head 2,560."""
+
+
+def check_merge_stats(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(max_a, sum_a, max_b, sum_b) -> (maximum, total)``."""
+    return _run(fn.__name__, _seeded(MergeStatsCheck(fn.__name__), seed), {fn.__name__: fn})
+
+
+def check_online_softmax(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(scores, block)``: the softmax of each row, at most ``block`` scores
+    at a time, on ordinary rows and on rows whose scores lie far apart."""
+    for check in (OnlineSoftmaxCheck(fn.__name__, 4, 50, 8), OnlineSoftmaxCheck(fn.__name__, 6, 21, 4, spread=True)):
+        verdict = _run(fn.__name__, _seeded(check, seed), {fn.__name__: fn})
+    return verdict
+
+
+def check_flash_forward(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(q, k, v, causal, block_q, block_k) -> (output, lse)`` against exact
+    attention: T not a multiple of the blocks, the causal mask, fewer queries than keys, rows far apart."""
+    for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE):
+        verdict = _run(fn.__name__, _seeded(FlashForwardCheck(fn.__name__, case), seed), {fn.__name__: fn})
+    return verdict
+
+
+def check_flash_memory(fn, seed: int = 0) -> Verdict:
+    """Visible check that ``fn`` works tile by tile at T=160: no tensor of T x T numbers, no max or
+    sum over a whole row of keys."""
+    return _run(fn.__name__, _seeded(FlashForwardCheck(fn.__name__, TILED_MEMORY_CASE, "memory"), seed),
+                {fn.__name__: fn})
+
+
+def check_causal_skipping(fn, seed: int = 0) -> Verdict:
+    """Visible check that ``fn(..., causal=True)`` computes only the key blocks that are not wholly
+    in a query block's future, counted by the exponentials it computes."""
+    return _run(fn.__name__, _seeded(CausalWorkCheck(fn.__name__, TILED_MEMORY_CASE), seed), {fn.__name__: fn})
+
+
+def check_flash_backward(cls, seed: int = 0) -> Verdict:
+    """Visible check of the gradients of ``cls.apply(q, k, v, causal, block_q, block_k)``."""
+    for case in TILED_VALUE_CASES:
+        verdict = _run(f"{cls.__name__}.backward", _seeded(FlashFunctionCheck(cls.__name__, case), seed),
+                       {cls.__name__: cls})
+    return verdict
+
+
+def check_backward_memory(cls, seed: int = 0) -> Verdict:
+    """Visible check that ``cls``'s forward keeps only q, k, v, the output and the log-sum-exp, and
+    that its backward works tile by tile (T=160)."""
+    check = FlashFunctionCheck(cls.__name__, TILED_MEMORY_CASE, "memory")
+    return _run(f"{cls.__name__}", _seeded(check, seed), {cls.__name__: cls})

@@ -59,6 +59,24 @@ class GenerationFlaws:
 
 
 @dataclass(frozen=True)
+class TilingFlaws:
+    """Ways attention computed tile by tile (assignment 05) can go wrong; the defaults are all correct.
+    The first group changes the values; the second only what the computation holds or does, which
+    the memory checks see in a trace of what ran (:class:`transformer_lm.sandboxed.probes.TensorTrace`)."""
+
+    total_not_rescaled: bool = False  # the running sum of exponentials kept when the maximum grows
+    output_not_rescaled: bool = False  # the running output kept when the maximum grows
+    global_maximum: bool = False  # one running maximum shared by every row (of every batch and head)
+    lse_without_max: bool = False  # log(total) returned as the log-sum-exp
+    causal_blocks: str = "skip"  # "miss_diagonal": stop before the query block starts; "one_extra"; "all"
+    delta_from_tile: bool = False  # D = rowsum(P * dP) over one tile instead of rowsum(dO * O)
+    full_scores: bool = False  # the whole (T_q, T_k) score matrix built at once
+    full_row: bool = False  # each query block's maximum and sum taken over its whole row of keys
+    backward_full: bool = False  # the backward rebuilds the whole (T_q, T_k) weight matrix
+    saves_weights: bool = False  # the forward keeps its tiles of weights for the backward
+
+
+@dataclass(frozen=True)
 class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
@@ -69,7 +87,7 @@ class Mistake:
     name: str
     title: str
     hint: str
-    flaws: Flaws | GenerationFlaws
+    flaws: Flaws | GenerationFlaws | TilingFlaws
     shows_with: frozenset[str] = frozenset()
 
     def hint_in(self, names: dict[str, str] | None = None) -> str:
@@ -85,6 +103,13 @@ def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
     return [mistake for mistake in ATTENTION if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+
+
+def tiling_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of tiled attention that show in ``"merge"``, ``"online"`` (the
+    online softmax's values), ``"forward"`` and ``"causal"`` (the tiled forward's), ``"backward"``
+    (its gradients), ``"work"`` (the tiles a causal forward computes) or ``"memory"``."""
+    return [mistake for mistake in TILING if shows_with in mistake.shows_with]
 
 
 def generation_mistakes(shows_with: str) -> list[Mistake]:
@@ -212,7 +237,86 @@ GENERATION: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION
+TILING: tuple[Mistake, ...] = (
+    Mistake(
+        "total_not_rescaled", "the running sum not rescaled when the maximum grows",
+        "Every exponential summed so far was taken against the old maximum m. When a block raises a row's "
+        "maximum to m_new, multiply the running sum by exp(m - m_new) before adding the block's own sum.",
+        TilingFlaws(total_not_rescaled=True), frozenset({"merge", "online", "forward", "causal"}),
+    ),
+    Mistake(
+        "output_not_rescaled", "the running output not rescaled when the maximum grows",
+        "The running output is a sum of exp(s - m) * v taken against the old maximum m. When a tile raises "
+        "the maximum to m_new, multiply it by exp(m - m_new) before adding the tile's exp(s - m_new) @ v, "
+        "as you do for the running sum.",
+        TilingFlaws(output_not_rescaled=True), frozenset({"forward", "causal"}),
+    ),
+    Mistake(
+        "global_maximum", "one maximum for all rows instead of each row's running maximum",
+        "Any number subtracted before exp gives the same softmax in exact arithmetic, but in float32 "
+        "exp(-104) is already 0: a row whose scores lie far below another row's maximum becomes 0 / 0 = NaN. "
+        "Keep one running maximum per query row, taken over the keys only (amax(dim=-1)).",
+        TilingFlaws(global_maximum=True), frozenset({"online", "forward", "causal"}),
+    ),
+    Mistake(
+        "lse_without_max", "the log-sum-exp without the maximum",
+        "The running sum l adds exp(s - m), so log(l) is the log-sum-exp minus the maximum: return m + log(l).",
+        TilingFlaws(lse_without_max=True), frozenset({"forward", "causal"}),
+    ),
+    Mistake(
+        "causal_skip_misses_diagonal", "causal skipping stops one key block too early",
+        "The last query of a block may see every key up to its own position, so the key block on the "
+        "diagonal must be computed, with the mask inside it: visit the key blocks that start before the "
+        "query block ends (key_start < query_stop), not before it starts.",
+        TilingFlaws(causal_blocks="miss_diagonal"), frozenset({"causal", "work"}),
+    ),
+    Mistake(
+        "causal_skip_one_extra_block", "causal skipping visits one key block too many",
+        "A key block that starts at or after the query block's end (key_start >= query_stop) lies wholly in "
+        "the future of every query in the block: stop there, range(0, min(T_k, query_stop), block_k).",
+        TilingFlaws(causal_blocks="one_extra"), frozenset({"work"}),
+    ),
+    Mistake(
+        "future_blocks_computed", "key blocks wholly in the future computed under the causal mask",
+        "With causal=True, the key blocks that start at or after the query block's end are all masked: "
+        "skip them (range(0, min(T_k, query_stop), block_k)) instead of computing them and masking every score.",
+        TilingFlaws(causal_blocks="all"), frozenset({"work"}),
+    ),
+    Mistake(
+        "delta_from_tile", "D computed from one tile instead of rowsum(dO * O)",
+        "D_i = sum_j P_ij dP_ij runs over every key of row i, which no single tile holds; it equals "
+        "rowsum(dO * O) over the output's features. Compute it once per row, before the loop over tiles.",
+        TilingFlaws(delta_from_tile=True), frozenset({"backward"}),
+    ),
+    Mistake(
+        "full_score_matrix", "the whole (T_q, T_k) score matrix built",
+        "A tiled attention never holds more than one (block_q, block_k) tile of scores per batch and head: "
+        "compute each tile's scores inside the loop over key blocks, fold them into the running maximum, sum "
+        "and output, and let them go. Even a boolean (T_q, T_k) mask grows with T^2: build each tile's mask "
+        "from the positions of its rows and columns.",
+        TilingFlaws(full_scores=True), frozenset({"memory"}),
+    ),
+    Mistake(
+        "full_row_reduction", "a max or sum over a whole row of keys at once",
+        "Take the maximum and the sum over one tile's keys (block_k of them) at a time and merge them into "
+        "the running statistics; a reduction over every key of a row needs that whole row in memory.",
+        TilingFlaws(full_row=True), frozenset({"memory"}),
+    ),
+    Mistake(
+        "backward_full_matrix", "the backward rebuilds the whole (T_q, T_k) weight matrix",
+        "Recompute the weights one tile at a time, P = exp(S_tile - lse), inside the loop over tiles, and "
+        "add each tile's share to dq, dk and dv; the whole matrix is what the log-sum-exp lets you avoid.",
+        TilingFlaws(backward_full=True), frozenset({"backward_memory"}),
+    ),
+    Mistake(
+        "saves_more_than_needed", "the forward keeps more than q, k, v, the output and the log-sum-exp",
+        "Save exactly q, k, v, the output and the log-sum-exp with ctx.save_for_backward, and keep nothing "
+        "else that grows with T (no tiles of weights on ctx or in a list): the backward recomputes the rest.",
+        TilingFlaws(saves_weights=True), frozenset({"backward_memory"}),
+    ),
+)
+
+CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING
 
 BY_NAME = {mistake.name: mistake for mistake in CATALOG}
 
@@ -328,3 +432,91 @@ def flawed_greedy_tokens(model: reference.GPT, idx: torch.Tensor, max_new_tokens
     if flaws.top_k_unmapped:
         return torch.cat([idx, torch.zeros(idx.shape[0], max_new_tokens, dtype=idx.dtype)], dim=1)
     return flawed_model(model, flaws).generate(idx, max_new_tokens, top_k=1, use_cache=use_cache)
+
+
+def flawed_merge_stats(a: reference.SoftmaxStats, b: reference.SoftmaxStats,
+                       flaws: TilingFlaws) -> reference.SoftmaxStats:
+    """:func:`transformer_lm.reference.merge_softmax_stats` as a student might write it: with
+    ``total_not_rescaled``, the first part's total is added as it was."""
+    merged = reference.merge_softmax_stats(a, b)
+    if flaws.total_not_rescaled:
+        return reference.SoftmaxStats(merged.maximum, a.total + b.total * reference.rescale(b.maximum, merged.maximum))
+    return merged
+
+
+def flawed_online_softmax(scores: torch.Tensor, block: int, flaws: TilingFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.reference.online_softmax` as a student might write it."""
+    stats = reference.SoftmaxStats(scores.new_full(scores.shape[:-1], float("-inf")), scores.new_zeros(scores.shape[:-1]))
+    for start in range(0, scores.shape[-1], block):
+        part = scores[..., start:start + block]
+        if flaws.global_maximum:  # the largest score of the block, over every row, shared by all of them
+            shared = part.amax().expand(part.shape[:-1])
+            part_stats = reference.SoftmaxStats(shared, torch.exp(part - shared.unsqueeze(-1)).sum(dim=-1))
+        else:
+            part_stats = reference.softmax_stats(part)
+        stats = flawed_merge_stats(stats, part_stats, flaws)
+    return torch.exp(scores - stats.maximum.unsqueeze(-1)) / stats.total.unsqueeze(-1)
+
+
+def flawed_key_blocks(query_start: int, query_stop: int, keys: int, block_k: int, causal: bool,
+                      flaws: TilingFlaws) -> range:
+    """:func:`transformer_lm.reference.key_blocks` as a student might write it."""
+    if not causal or flaws.causal_blocks == "all":
+        return range(0, keys, block_k)
+    stop = {"skip": query_stop, "miss_diagonal": query_start, "one_extra": query_stop + block_k}[flaws.causal_blocks]
+    return range(0, min(keys, stop), block_k)
+
+
+def flawed_flash_forward(q, k, v, causal: bool, block_q: int, block_k: int,
+                         flaws: TilingFlaws) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`transformer_lm.reference.flash_forward` as a student might write it: the output and
+    the log-sum-exp per query, computed tile by tile with ``flaws`` (``full_scores`` computes the
+    whole score matrix at once; ``full_row`` each query block's whole row of keys)."""
+    if flaws.full_scores:
+        mask = reference.causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+        scores = reference.apply_mask(reference.attention_scores(q, k), mask)
+        return reference.masked_softmax(scores) @ v, torch.logsumexp(scores, dim=-1)
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    lse = q.new_empty(q.shape[:-1])
+    for qs in range(0, q.shape[-2], block_q):
+        qb = q[..., qs:qs + block_q, :]
+        acc = q.new_zeros(*qb.shape[:-1], v.shape[-1])
+        maximum, total = q.new_full(qb.shape[:-1], float("-inf")), q.new_zeros(qb.shape[:-1])
+        blocks = flawed_key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal, flaws)
+        step = k.shape[-2] if flaws.full_row else block_k
+        for ks in (range(0, blocks.stop, step) if flaws.full_row else blocks):
+            scores = reference._tile_scores(qb, k[..., ks:ks + step, :], qs, ks, causal)  # (..., bq, bk)
+            tile_max = scores.amax() if flaws.global_maximum else scores.amax(dim=-1)  # one for all rows, or each row's
+            new_max = torch.maximum(maximum, tile_max)
+            finite = torch.where(torch.isneginf(new_max), 0.0, new_max).unsqueeze(-1)
+            weights = torch.exp(scores - finite)
+            kept = reference.rescale(maximum, new_max)
+            total = total * (1.0 if flaws.total_not_rescaled else kept) + weights.sum(dim=-1)
+            acc = (acc if flaws.output_not_rescaled else acc * kept.unsqueeze(-1)) + weights @ v[..., ks:ks + step, :]
+            maximum = new_max
+        out[..., qs:qs + block_q, :] = acc / total.unsqueeze(-1)
+        lse[..., qs:qs + block_q] = (0.0 if flaws.lse_without_max else maximum) + torch.log(total)
+    return out, lse
+
+
+def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_k: int,
+                           flaws: TilingFlaws) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients with respect to q, k and v that :func:`transformer_lm.reference.flash_backward`
+    written with ``flaws`` gives (``delta_from_tile``: D summed over each tile only)."""
+    if not flaws.delta_from_tile:
+        out, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+        return reference.flash_backward(q, k, v, out, lse, grad_out, causal, block_q, block_k)
+    _, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for qs in range(0, q.shape[-2], block_q):
+        qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
+        for ks in reference.key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
+            kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
+            probs = torch.exp(reference._tile_scores(qb, kb, qs, ks, causal) - lse[..., qs:qs + block_q].unsqueeze(-1))
+            dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
+            dprobs = dob @ vb.transpose(-2, -1)
+            dscores = probs * (dprobs - (probs * dprobs).sum(dim=-1, keepdim=True))
+            dq[..., qs:qs + block_q, :] += (dscores @ kb) * scale
+            dk[..., ks:ks + block_k, :] += (dscores.transpose(-2, -1) @ qb) * scale
+    return dq, dk, dv

@@ -18,7 +18,9 @@ dropout left on in eval mode) and ``grad.<input or parameter name>``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
+import weakref
 from types import SimpleNamespace
 
 import torch
@@ -244,6 +246,66 @@ def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
     return record
 
 
+def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
+                 call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(*inputs, **call_kwargs)`` once without gradients, under a :class:`TensorTrace`,
+    and records what it returns, one value per name of ``parts`` (``["output", "lse"]``), and the
+    trace as ``trace.*``."""
+    torch.manual_seed(0)
+    arguments = [t.clone() for t in inputs.values()]
+    with torch.no_grad(), trace_tensors() as trace:
+        result = fn(*arguments, **(call_kwargs or {}))
+    values = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(values) != len(parts):
+        raise ProbeError(f"{getattr(fn, '__name__', 'it')} returned {len(values)} value(s); expected "
+                         f"{len(parts)}: {', '.join(parts)}")
+    return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace")}
+
+
+def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(q, k, v, causal=..., **call_kwargs)`` without the causal mask and with it, each
+    under a :class:`TensorTrace`, and records how many numbers each call exponentiated
+    (``full.exponentials``, ``causal.exponentials``): the scores it computed."""
+    torch.manual_seed(0)
+    record = {}
+    for name, causal in (("full", False), ("causal", True)):
+        arguments = [t.clone() for t in (q, k, v)]
+        with torch.no_grad(), trace_tensors() as trace:
+            fn(*arguments, causal=causal, **(call_kwargs or {}))
+        record[f"{name}.exponentials"] = torch.tensor(trace.exponentials)
+    return record
+
+
+def probe_autograd_function(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arguments: list,
+                            grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Calls ``cls.apply(q, k, v, *arguments)`` for a ``torch.autograd.Function`` and backpropagates
+    ``grad_output``, each under a :class:`TensorTrace`. Records the output, the gradients of q, k
+    and v, both traces (``forward.*``, measured once the forward has returned: what it keeps for
+    the backward is still alive; ``backward.*``) and the shape of every tensor the forward left
+    on ``ctx`` as an attribute (``ctx.<name>.<i>``)."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
+        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not a torch.autograd.Function")
+    torch.manual_seed(0)
+    leaves = {name: t.detach().clone().requires_grad_(True) for name, t in (("q", q), ("k", k), ("v", v))}
+    with trace_tensors() as forward:
+        output = cls.apply(*leaves.values(), *arguments)
+    if not isinstance(output, torch.Tensor) or output.grad_fn is None:
+        raise ProbeError(f"{cls.__name__}.apply returned no tensor that autograd can differentiate")
+    record = {"output": plain(output), **forward.record("forward")}
+    for name, value in vars(output.grad_fn).items():
+        for i, tensor in enumerate(_tensors_in(value)):
+            record[f"ctx.{name}.{i}"] = torch.tensor(tuple(tensor.shape), dtype=torch.long)
+    if tuple(output.shape) != tuple(grad_output.shape):
+        return record   # the judge names the shape
+    with trace_tensors() as backward:
+        output.backward(grad_output)
+    record.update(backward.record("backward"))
+    for name, leaf in leaves.items():
+        record[f"grad.{name}"] = plain(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
+    return record
+
+
 def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
     """The names and shapes of the parameters of ``cls(**init)``."""
     return {name: list(p.shape) for name, p in build(cls, init).named_parameters()}
@@ -262,6 +324,7 @@ def raised_exception(cls, init: dict) -> str | None:
 
 PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
+                                              probe_traced, probe_causal_work, probe_autograd_function,
                                               parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
 
@@ -337,27 +400,23 @@ COURSE_CODE_CELL = -1
 """What a trace records for a frame of the course's code: it owns the calls made inside it."""
 
 
-MAX_TRACED_TENSORS = 20
-"""Largest tensors kept by :func:`trace_tensors`: enough to judge memory, small enough to journal."""
+REDUCTIONS = frozenset({"amax", "amin", "max", "min", "sum", "mean", "prod", "logsumexp", "argmax", "argmin",
+                        "var", "std", "norm", "linalg_vector_norm", "nansum"})
+"""ATen reductions: they combine the numbers along the dimensions they are given (all without one)."""
+ALONG_A_DIMENSION = frozenset({"_softmax", "_log_softmax", "cumsum", "cumprod", "cummax", "cummin",
+                               "logcumsumexp", "sort", "topk"})
+"""ATen operators that combine the numbers along one dimension (their second argument) without
+removing it: each output number depends on the whole of that dimension."""
+EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "_softmax"})
+"""ATen operators that exponentiate: the work an attention does per score it computes."""
 
 
-class _TensorSizes(TorchDispatchMode):
-    """Sees every tensor an ATen operator creates (views of other tensors hold no new memory) and
-    keeps the shapes of the largest."""
-
-    def __init__(self, sizes: list[tuple[int, ...]]):
-        super().__init__()
-        self.sizes = sizes
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        for out in result if isinstance(result, (tuple, list)) else (result,):
-            if isinstance(out, torch.Tensor) and not out._is_view():
-                self.sizes.append(tuple(out.shape))
-        if len(self.sizes) > 4 * MAX_TRACED_TENSORS:
-            self.sizes.sort(key=_numel, reverse=True)
-            del self.sizes[MAX_TRACED_TENSORS:]
-        return result
+def _tensors_in(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -367,21 +426,101 @@ def _numel(shape: tuple[int, ...]) -> int:
     return count
 
 
+class TensorTrace(TorchDispatchMode):
+    """What the tensors made while a block runs cost, whatever code made them (forward and
+    backward passes alike): the judged record of attention that must fit in memory.
+
+    * ``largest``: the shape of the largest tensor an operator created (views of other tensors
+      and results written into an input hold no new memory);
+    * ``peak`` and ``live``: bytes of those tensors alive at once, at most and now (a tensor
+      counts until it is freed: one kept in a list or on ``ctx`` stays counted);
+    * ``widest``: the longest dimension a reduction ran along (a max or a sum over a whole row of
+      keys runs along ``T_k``; over a tile, along ``block_k``, and a max of the whole tile along its
+      longest side);
+    * ``exponentials``: how many numbers were exponentiated (the scores an attention computed);
+    * ``saved``: the shapes of the tensors autograd saved for a backward pass (a custom
+      Function's ``save_for_backward`` included).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.largest: tuple[int, ...] = ()
+        self.live: dict[int, int] = {}   # data pointer -> bytes, for created tensors not yet freed
+        self.live_bytes = 0
+        self.peak = 0
+        self.widest = 0
+        self.exponentials = 0
+        self.saved: list[tuple[int, ...]] = []
+
+    def _created(self, tensor: torch.Tensor) -> None:
+        if tensor._is_view() or tensor.numel() == 0:
+            return
+        if tensor.numel() > _numel(self.largest):
+            self.largest = tuple(tensor.shape)
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in self.live:
+            return
+        self.live[pointer] = tensor.untyped_storage().nbytes()
+        self.live_bytes += self.live[pointer]
+        self.peak = max(self.peak, self.live_bytes)
+        weakref.finalize(tensor, self._freed, pointer)
+
+    def _freed(self, pointer: int) -> None:
+        self.live_bytes -= self.live.pop(pointer, 0)
+
+    @staticmethod
+    def _reduced_length(name: str, args, kwargs: dict) -> int:
+        """The longest dimension the operator ``name`` combined numbers along (0 for operators
+        that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
+        tile, its longest side."""
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is None or not (name in REDUCTIONS or name in ALONG_A_DIMENSION):
+            return 0
+        if source.dim() == 0:
+            return 1
+        position = 2 if name in ("norm", "linalg_vector_norm") else 1
+        dim = kwargs.get("dim", args[position] if len(args) > position else None)
+        if isinstance(dim, torch.Tensor) or (dim is not None and not isinstance(dim, (int, list, tuple))):
+            return 0   # a binary form (max of two tensors), not a reduction
+        dims = range(source.dim()) if dim is None or dim == [] else [dim] if isinstance(dim, int) else dim
+        return max(source.shape[d] for d in dims)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        inputs = _tensors_in(list(args) + list((kwargs or {}).values()))
+        outputs = _tensors_in(result)
+        for out in outputs:
+            if not any(out is given for given in inputs):
+                self._created(out)
+        self.widest = max(self.widest, self._reduced_length(name, args, kwargs or {}))
+        if name in EXPONENTIALS or (name == "pow" and not isinstance(args[0], torch.Tensor)):
+            self.exponentials += sum(out.numel() for out in outputs)
+        return result
+
+    def record(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The trace as a probe's record: ``<prefix>.largest`` (a shape), ``.peak``, ``.live``,
+        ``.widest``, ``.exponentials`` and ``.saved.<i>`` (shapes)."""
+        gc.collect(1)  # tensors held only by a reference cycle just made are not kept (the young generations suffice)
+        record = {f"{prefix}.largest": torch.tensor(self.largest, dtype=torch.long),
+                  f"{prefix}.peak": torch.tensor(self.peak), f"{prefix}.live": torch.tensor(self.live_bytes),
+                  f"{prefix}.widest": torch.tensor(self.widest), f"{prefix}.exponentials": torch.tensor(self.exponentials)}
+        record.update({f"{prefix}.saved.{i}": torch.tensor(shape, dtype=torch.long)
+                       for i, shape in enumerate(self.saved)})
+        return record
+
+
 @contextlib.contextmanager
 def trace_tensors():
-    """Records, while the block runs (forward and backward passes alike), the shapes of the
-    largest tensors that operators create (``created``) and of every tensor autograd saves for a
-    backward pass (``saved``, a custom Function's ``save_for_backward`` included): what a memory
-    check judges, whatever code created them."""
-    record = {"created": [], "saved": []}
+    """Yields a :class:`TensorTrace` of what runs in the block."""
+    trace = TensorTrace()
 
     def pack(tensor):
-        record["saved"].append(tuple(tensor.shape))
+        trace.saved.append(tuple(tensor.shape))
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), _TensorSizes(record["created"]):
-        yield record
-    record["created"] = sorted(record["created"], key=_numel, reverse=True)[:MAX_TRACED_TENSORS]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), trace:
+        yield trace
 
 
 def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:

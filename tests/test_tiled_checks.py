@@ -1,0 +1,117 @@
+"""Assignment 05's catalogue and check kinds: the twins without flaws are the reference, every
+catalogued mistake of tiled attention is caught and named by the visible check that concerns it,
+and the course's own tiled attention passes every one (transformer_lm/tiled_kinds.py)."""
+
+import pytest
+import torch
+
+from transformer_lm import checks, mistakes, reference
+from transformer_lm.judging import CheckFailed
+
+NONE = mistakes.TilingFlaws()
+
+
+def flawed_forward(flaws):
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        return mistakes.flawed_flash_forward(q, k, v, causal, block_q, block_k, flaws)
+    return flash_forward
+
+
+def flawed_function(flaws):
+    """An autograd Function over the flawed twins: ``backward_full`` recomputes the whole weight
+    matrix, ``saves_weights`` keeps the weights on ctx."""
+    class FlashAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):
+            out, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.options = (causal, block_q, block_k)
+            if flaws.saves_weights:
+                ctx.weights = torch.exp(reference.attention_scores(q, k) - lse.unsqueeze(-1))
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            q, k, v, out, lse = ctx.saved_tensors
+            if flaws.backward_full:
+                mask = reference.causal_mask(q.shape[-2], k.shape[-2]) if ctx.options[0] else None
+                probs = torch.exp(reference.apply_mask(reference.attention_scores(q, k), mask) - lse.unsqueeze(-1))
+                dprobs = grad_out @ v.transpose(-2, -1)
+                dscores = probs * (dprobs - (grad_out * out).sum(-1, keepdim=True)) / q.shape[-1] ** 0.5
+                return dscores @ k, dscores.transpose(-2, -1) @ q, probs.transpose(-2, -1) @ grad_out, None, None, None
+            grads = mistakes.flawed_flash_gradients(q, k, v, grad_out, *ctx.options, flaws)
+            return (*grads, None, None, None)
+    return FlashAttention
+
+
+def test_the_twins_without_flaws_are_the_reference():
+    q, k, v = (torch.randn(2, 3, 29, 8, dtype=torch.float64) for _ in "qkv")
+    for causal in (False, True):
+        twin, ours = mistakes.flawed_flash_forward(q, k, v, causal, 8, 5, NONE), reference.flash_forward(q, k, v, causal, 8, 5)
+        assert all(torch.allclose(a, b, rtol=1e-12, atol=1e-12) for a, b in zip(twin, ours))   # float64 rounding
+        grad = torch.randn(q.shape, dtype=torch.float64)
+        out, lse = ours
+        assert all(torch.allclose(a, b, rtol=1e-12, atol=1e-12) for a, b in zip(mistakes.flawed_flash_gradients(q, k, v, grad, causal, 8, 5, NONE),
+                                                     reference.flash_backward(q, k, v, out, lse, grad, causal, 8, 5)))
+    scores = torch.randn(4, 23)
+    assert torch.allclose(mistakes.flawed_online_softmax(scores, 5, NONE), reference.online_softmax(scores, 5))
+
+
+def test_the_course_code_passes_every_visible_check():
+    def merge_stats(max_a, sum_a, max_b, sum_b):
+        merged = reference.merge_softmax_stats(reference.SoftmaxStats(max_a, sum_a), reference.SoftmaxStats(max_b, sum_b))
+        return merged.maximum, merged.total
+
+    def online_softmax(scores, block):
+        return reference.online_softmax(scores, block)
+
+    assert checks.check_merge_stats(merge_stats).passed and checks.check_online_softmax(online_softmax).passed
+    flash_forward = flawed_forward(NONE)
+    for check in (checks.check_flash_forward, checks.check_flash_memory, checks.check_causal_skipping):
+        assert check(flash_forward).passed
+    assert checks.check_flash_backward(reference.FlashAttention).passed
+    assert checks.check_backward_memory(reference.FlashAttention).passed
+
+
+def check_that_concerns(mistake):
+    """The visible check that must refuse a twin with ``mistake``, and the twin."""
+    flaws, shows = mistake.flaws, mistake.shows_with
+    if shows & {"merge"}:
+        def merge_stats(max_a, sum_a, max_b, sum_b):
+            return mistakes.flawed_merge_stats(reference.SoftmaxStats(max_a, sum_a), reference.SoftmaxStats(max_b, sum_b),
+                                               flaws)
+        return checks.check_merge_stats, merge_stats
+    if shows & {"online"} and not shows & {"forward"}:
+        return checks.check_online_softmax, lambda scores, block: mistakes.flawed_online_softmax(scores, block, flaws)
+    if shows & {"forward", "causal"}:
+        return checks.check_flash_forward, flawed_forward(flaws)
+    if shows & {"work"}:
+        return checks.check_causal_skipping, flawed_forward(flaws)
+    if shows & {"memory"}:
+        return checks.check_flash_memory, flawed_forward(flaws)
+    if shows & {"backward"}:
+        return checks.check_flash_backward, flawed_function(flaws)
+    return checks.check_backward_memory, flawed_function(flaws)
+
+
+@pytest.mark.parametrize("mistake", mistakes.TILING, ids=lambda m: m.name)
+def test_every_mistake_of_tiled_attention_is_caught_and_named(mistake):
+    check, answer = check_that_concerns(mistake)
+    with pytest.raises(CheckFailed) as failure:
+        check(answer)
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("mistake", [m for m in mistakes.TILING if m.shows_with & {"online"}], ids=lambda m: m.name)
+def test_the_online_softmax_mistakes_are_named_by_its_check_too(mistake):
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_online_softmax(lambda scores, block: mistakes.flawed_online_softmax(scores, block, mistake.flaws))
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_a_forward_that_never_exponentiates_cannot_have_its_work_counted():
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        return q * 0, q[..., 0] * 0   # no torch.exp anywhere
+
+    with pytest.raises(CheckFailed, match="no exponentials"):
+        checks.check_causal_skipping(flash_forward)
