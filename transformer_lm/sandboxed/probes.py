@@ -430,8 +430,8 @@ class TensorTrace(TorchDispatchMode):
     """What the tensors made while a block runs cost, whatever code made them (forward and
     backward passes alike): the judged record of attention that must fit in memory.
 
-    * ``largest``: the shape of the largest tensor an operator created (views of other tensors
-      and results written into an input hold no new memory);
+    * ``largest``: the shape of the largest tensor an operator created with new memory (a view
+      of an input, or a result written into one, holds none);
     * ``peak`` and ``live``: bytes of those tensors alive at once, at most and now (a tensor
       counts until it is freed: one kept in a list or on ``ctx`` stays counted);
     * ``widest``: the longest dimension a reduction ran along (a max or a sum over a whole row of
@@ -452,18 +452,19 @@ class TensorTrace(TorchDispatchMode):
         self.exponentials = 0
         self.saved: list[tuple[int, ...]] = []
 
-    def _created(self, tensor: torch.Tensor) -> None:
-        if tensor._is_view() or tensor.numel() == 0:
+    def _created(self, tensor: torch.Tensor, given: set[int]) -> None:
+        """Counts ``tensor`` if its memory is new: not an input's (a view of one, or one written
+        in place) nor a tensor's already counted. It counts until its storage is freed."""
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if tensor.numel() == 0 or pointer in given or pointer in self.live:
             return
         if tensor.numel() > _numel(self.largest):
             self.largest = tuple(tensor.shape)
-        pointer = tensor.untyped_storage().data_ptr()
-        if pointer in self.live:
-            return
-        self.live[pointer] = tensor.untyped_storage().nbytes()
+        self.live[pointer] = storage.nbytes()
         self.live_bytes += self.live[pointer]
         self.peak = max(self.peak, self.live_bytes)
-        weakref.finalize(tensor, self._freed, pointer)
+        weakref.finalize(storage, self._freed, pointer)
 
     def _freed(self, pointer: int) -> None:
         self.live_bytes -= self.live.pop(pointer, 0)
@@ -490,9 +491,9 @@ class TensorTrace(TorchDispatchMode):
         name = func.overloadpacket.__name__
         inputs = _tensors_in(list(args) + list((kwargs or {}).values()))
         outputs = _tensors_in(result)
+        given = {t.untyped_storage().data_ptr() for t in inputs}
         for out in outputs:
-            if not any(out is given for given in inputs):
-                self._created(out)
+            self._created(out, given)
         self.widest = max(self.widest, self._reduced_length(name, args, kwargs or {}))
         if name in EXPONENTIALS or (name == "pow" and not isinstance(args[0], torch.Tensor)):
             self.exponentials += sum(out.numel() for out in outputs)
