@@ -80,6 +80,15 @@ def replace_solution(nb: NotebookNode, grade_id_: str, source: str) -> NotebookN
     return nb
 
 
+def replace_solutions(nb, answers: dict[str, str]) -> NotebookNode:
+    """A copy of ``nb`` (a notebook or its path) with answer cells replaced, grade_id -> source,
+    as a student would fill them."""
+    nb = read(nb)
+    for grade_id_, source in answers.items():
+        nb = replace_solution(nb, grade_id_, source)
+    return nb
+
+
 def filled_in(release_nb, source_nb) -> NotebookNode:
     """The release with every answer cell filled in from the solution: what a student who got
     everything right saves. Locked cells stay as released, so nbgrader's checksums hold."""

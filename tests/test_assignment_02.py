@@ -183,10 +183,7 @@ MERGED_WITHOUT_TRANSPOSE = SEED_MULTI_HEAD_SELF_ATTENTION.replace(
 
 def release_with(answers: dict[str, str]):
     """The committed release with answer cells replaced, as a student would fill them."""
-    nb = tools.read(RELEASE_DIR / NOTEBOOK)
-    for grade_id, source in answers.items():
-        nb = tools.replace_solution(nb, grade_id, source)
-    return nb
+    return tools.replace_solutions(RELEASE_DIR / NOTEBOOK, answers)
 
 
 @pytest.fixture(scope="module")

@@ -205,10 +205,7 @@ def answer(source_nb, grade_id: str, old: str | None = None, new: str | None = N
 
 def release_with(answers: dict[str, str]):
     """The committed release with answer cells replaced, as a student would fill them."""
-    nb = tools.read(RELEASE_DIR / NOTEBOOK)
-    for grade_id, source in answers.items():
-        nb = tools.replace_solution(nb, grade_id, source)
-    return nb
+    return tools.replace_solutions(RELEASE_DIR / NOTEBOOK, answers)
 
 
 def no_scaling(source_nb) -> str:

@@ -242,7 +242,9 @@ def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws(
 class CausalWorkCheck:
     """Under the causal mask, ``object`` computes the scores of the key blocks that are not wholly
     in a query block's future, and no others: it exponentiates that share of the numbers it
-    exponentiates without the mask (:func:`tile_share`, within :data:`WORK_TOLERANCE`)."""
+    exponentiates without the mask (:func:`tile_share`, within :data:`WORK_TOLERANCE`). A call that
+    builds the whole score matrix is named for that, the mistake the memory check charges: with
+    its answer charged there, one mistake costs points once."""
 
     object: str
     case: TileCase
@@ -256,6 +258,11 @@ class CausalWorkCheck:
 
         def judge_work(record, value, values) -> Verdict:
             full, causal = int(record["full.exponentials"]), int(record["causal.exponentials"])
+            largest = tuple(record["causal.largest"].tolist())
+            if largest and probes._numel(largest) >= full_matrix(case):   # no tiles to skip: one mistake, not two
+                return Verdict("failed", f"{call} builds a tensor of shape {largest} under the causal mask, the whole "
+                                         "score matrix: it has no tiles to skip until it computes one tile at a time.",
+                               catalog.BY_NAME["full_score_matrix"])
             if full == 0:
                 return Verdict("failed", f"{call} computed no exponentials (torch.exp) without the mask, so the work "
                                          "of its tiles cannot be counted: compute each tile's weights with torch.exp.")

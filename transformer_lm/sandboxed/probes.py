@@ -266,7 +266,8 @@ def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     """Calls ``fn(q, k, v, causal=..., **call_kwargs)`` without the causal mask and with it, each
     under a :class:`TensorTrace`, and records how many numbers each call exponentiated
-    (``full.exponentials``, ``causal.exponentials``): the scores it computed."""
+    (``full.exponentials``, ``causal.exponentials``: the scores it computed) and the shape of the
+    largest tensor each created (``full.largest``, ``causal.largest``)."""
     torch.manual_seed(0)
     record = {}
     for name, causal in (("full", False), ("causal", True)):
@@ -274,6 +275,7 @@ def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         with torch.no_grad(), trace_tensors() as trace:
             fn(*arguments, causal=causal, **(call_kwargs or {}))
         record[f"{name}.exponentials"] = torch.tensor(trace.exponentials)
+        record[f"{name}.largest"] = torch.tensor(trace.largest, dtype=torch.long)
     return record
 
 
