@@ -276,6 +276,8 @@ def check_flash_backward(cls, seed: int = 0) -> Verdict:
 
 def check_backward_memory(cls, seed: int = 0) -> Verdict:
     """Visible check that ``cls``'s forward keeps only q, k, v, the output and the log-sum-exp, and
-    that its backward works tile by tile (T=160)."""
-    check = FlashFunctionCheck(cls.__name__, TILED_MEMORY_CASE, "memory")
-    return _run(f"{cls.__name__}", _seeded(check, seed), {cls.__name__: cls})
+    that its backward works tile by tile and skips the tiles in the future under the causal mask
+    (T=160)."""
+    _run(cls.__name__, _seeded(FlashFunctionCheck(cls.__name__, TILED_MEMORY_CASE, "memory"), seed), {cls.__name__: cls})
+    check = CausalWorkCheck(cls.__name__, TILED_MEMORY_CASE, backward=True)
+    return _run(f"{cls.__name__}.backward", _seeded(check, seed), {cls.__name__: cls})

@@ -242,12 +242,14 @@ def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws(
 class CausalWorkCheck:
     """Under the causal mask, ``object`` computes the scores of the key blocks that are not wholly
     in a query block's future, and no others: it exponentiates that share of the numbers it
-    exponentiates without the mask (:func:`tile_share`, within :data:`WORK_TOLERANCE`). A call that
-    builds the whole score matrix is named for that, the mistake the memory check charges: with
+    exponentiates without the mask (:func:`tile_share`, within :data:`WORK_TOLERANCE`). With
+    ``backward``, ``object`` is the autograd Function and its backward pass is counted: it
+    recomputes the weights of the same tiles. A call that builds the whole score matrix is named for that, the mistake the memory check charges: with
     its answer charged there, one mistake costs points once."""
 
     object: str
     case: TileCase
+    backward: bool = False
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         case, tensors = self.case, self.case.tensors(generator)
@@ -255,6 +257,8 @@ class CausalWorkCheck:
         candidates = {mistake: tile_share(case, mistake.flaws) for mistake in catalog.tiling_mistakes("work")}
         options = {"block_q": case.block_q, "block_k": case.block_k}
         call = f"{self.object}(q, k, v of T={case.seq_q}, block_q={case.block_q}, block_k={case.block_k})"
+        if self.backward:
+            call = f"the backward of {self.object}.apply(q, k, v, causal, {case.block_q}, {case.block_k}), T={case.seq_q},"
 
         def judge_work(record, value, values) -> Verdict:
             full, causal = int(record["full.exponentials"]), int(record["causal.exponentials"])
@@ -278,7 +282,7 @@ class CausalWorkCheck:
 
         return Prepared(ProbeCall.of(probes.probe_causal_work, {"fn": self.object},
                                      {"q": tensors["q"], "k": tensors["k"], "v": tensors["v"],
-                                      "call_kwargs": options}), judge_work)
+                                      "call_kwargs": options, "backward": self.backward}), judge_work)
 
 
 def exact_gradients(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, torch.Tensor]:

@@ -5,9 +5,9 @@ on sizes the notebook never shows: T not a multiple of either block, block_q unl
 fewer queries than keys, a single query, and rows whose scores lie hundreds apart (a maximum
 shared by all rows underflows there). Memory and work are judged from a trace of the student's
 own call in the sandbox (:mod:`transformer_lm.tiled_kinds`): at T=150 with tiles of 16 x 12, a
-tensor of T x T numbers, a reduction over a whole row of keys, a causal call that computes the
-key blocks in the future, or a forward that keeps more than q, k, v, the output and the
-log-sum-exp each lose their own item. Inputs come from the course's secret seed.
+tensor of T x T numbers, a reduction over a whole row of keys, a causal forward (or backward) that
+computes the key blocks in the future, or a forward that keeps more than q, k, v, the output and
+the log-sum-exp each lose their own item. Inputs come from the course's secret seed.
 """
 
 from autograder.spec import Item
@@ -49,5 +49,6 @@ ITEMS = [
     Item("backward_memory", 1, (
         FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory"),
         FlashFunctionCheck("FlashAttention", MEMORY, "memory"),
+        CausalWorkCheck("FlashAttention", CAUSAL_MEMORY, backward=True),   # the backward skips the same tiles
     ), forbids=TILED, answer="flash_backward", builds_on=("flash_forward",)),
 ]

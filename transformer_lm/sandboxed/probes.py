@@ -262,18 +262,25 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace")}
 
 
-def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call_kwargs: dict | None = None,
+                      backward: bool = False) -> dict[str, torch.Tensor]:
     """Calls ``fn(q, k, v, causal=..., **call_kwargs)`` without the causal mask and with it, each
     under a :class:`TensorTrace`, and records how many numbers each call exponentiated
     (``full.exponentials``, ``causal.exponentials``: the scores it computed) and the shape of the
-    largest tensor each created (``full.largest``, ``causal.largest``)."""
+    largest tensor each created (``full.largest``, ``causal.largest``). With ``backward``, ``fn``
+    is a ``torch.autograd.Function``, called as ``fn.apply(q, k, v, causal, *call_kwargs.values())``,
+    and what is traced is its backward pass (of a gradient of ones)."""
     torch.manual_seed(0)
     record = {}
     for name, causal in (("full", False), ("causal", True)):
-        arguments = [t.clone() for t in (q, k, v)]
-        with torch.no_grad(), trace_tensors() as trace:
-            fn(*arguments, causal=causal, **(call_kwargs or {}))
+        arguments = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
+        if backward:
+            output = fn.apply(*arguments, causal, *(call_kwargs or {}).values())
+            with trace_tensors() as trace:
+                output.backward(torch.ones_like(output))
+        else:
+            with torch.no_grad(), trace_tensors() as trace:
+                fn(*arguments, causal=causal, **(call_kwargs or {}))
         record[f"{name}.exponentials"] = torch.tensor(trace.exponentials)
         record[f"{name}.largest"] = torch.tensor(trace.largest, dtype=torch.long)
     return record

@@ -172,6 +172,7 @@ def mutants(answer):
             "backward_full_matrix": answer(FB, (BACKWARD_SCORES, "scores = (q @ k.transpose(-2, -1) * scale)"
                                                                  "[..., q_start:q_stop, k_start:k_stop]")),
             "saves_more_than_needed": answer(FB, (SAVE, SAVE + "\n        ctx.scores = q @ k.transpose(-2, -1)")),
+            "future_blocks_computed": answer(FB, (KEY_LOOP, "for k_start in range(0, T_k, block_k):")),
         },
     }
 
