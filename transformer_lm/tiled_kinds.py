@@ -37,7 +37,7 @@ reach hundreds while its neighbours' stay near 1, so one maximum shared by both 
 
 WORK_TOLERANCE = 0.03
 """How far the share of exponentials a causal call computes may stray from the share of tiles
-it must visit: one key block too many, or too few, per query block moves it by 0.08 or more at the
+it must visit: one key block too many, or too few, per query block moves it by 0.09 or more at the
 sizes the checks use."""
 
 

@@ -4,7 +4,7 @@ Values are compared with exact attention computed in float64, at the course's fl
 on sizes the notebook never shows: T not a multiple of either block, block_q unlike block_k,
 fewer queries than keys, a single query, and rows whose scores lie hundreds apart (a maximum
 shared by all rows underflows there). Memory and work are judged from a trace of the student's
-own call in the sandbox (:mod:`transformer_lm.tiled_kinds`): at T=150 with tiles of 16 x 12, a
+own call in the sandbox (:mod:`transformer_lm.tiled_kinds`): at T=96 with tiles of 16 x 12, a
 tensor of T x T numbers, a reduction over a whole row of keys, a causal forward (or backward) that
 computes the key blocks in the future, or a forward that keeps more than q, k, v, the output and
 the log-sum-exp each lose their own item. Inputs come from the course's secret seed.
@@ -24,8 +24,8 @@ VALUES = (
     TileCase(1, 2, 1, 9, 4, 3, 16, 16),                   # one query
 )
 SPREAD = TileCase(2, 1, 33, 33, 8, 6, 6, 8, causal=True, spread=True)   # rows hundreds apart: forward only
-MEMORY = TileCase(2, 2, 150, 150, 8, 6, 16, 12)   # T*T = 22500; a tile of every head 768, the output 3600
-CAUSAL_MEMORY = TileCase(1, 3, 150, 150, 8, 8, 12, 16, causal=True)
+MEMORY = TileCase(2, 2, 96, 96, 8, 6, 16, 12)   # T*T = 9216; a tile of every head 768, q 3072, the output 2304
+CAUSAL_MEMORY = TileCase(1, 3, 96, 96, 8, 8, 12, 16, causal=True)
 
 ITEMS = [
     Item("online_softmax", 2, (
@@ -42,7 +42,7 @@ ITEMS = [
     ), forbids=TILED, answer="flash_forward"),
     Item("causal_skipping", 1, (
         CausalWorkCheck("flash_forward", CAUSAL_MEMORY),
-        CausalWorkCheck("flash_forward", TileCase(2, 1, 176, 176, 8, 8, 16, 16, causal=True)),
+        CausalWorkCheck("flash_forward", TileCase(2, 1, 112, 112, 8, 8, 16, 16, causal=True)),
     ), forbids=TILED, answer="flash_forward"),
     Item("flash_backward", 3, tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
