@@ -123,14 +123,20 @@ def test_no_process_outlives_its_run(graded_class):
     assert descendants(os.getpid()) == []
 
 
+# Faults that each run until a time limit: one of them (fault_loop) is enough to show that a
+# timeout repeats, and with one worker each costs its limit again.
+SLOW_FAULTS = {"fault_swallow", "fault_fork", "fault_slow_bad", "fault_memory", "fault_disk"}
+
+
 def test_grades_repeat_with_one_worker_and_run_after_run(graded_class, tmp_path):
     """The same submissions graded again, in a copy of the course with one worker, get the same
-    grades, statuses and messages."""
+    grades, statuses and messages (every case but the slow faults other than one timeout)."""
     root, cases, _ = graded_class
     again = tmp_path / "again"
     shutil.copytree(root, again, ignore=shutil.ignore_patterns("reports", "autograded", "feedback", "gradebook.db"))
-    tools.grade_course(again, A, workers=1, cell_timeout=float(CELL_TIMEOUT))
-    for student in cases:
+    students = sorted(set(cases) - SLOW_FAULTS)
+    tools.grade_course(again, A, workers=1, cell_timeout=float(CELL_TIMEOUT), students=students)
+    for student in students:
         first, second = report(root, student), report(again, student)
         assert first["items"] == second["items"], student
         assert first["total"] == second["total"] and first["flags"] == second["flags"], student
