@@ -214,3 +214,102 @@ def test_the_tensor_trace_counts_exponentials_and_a_causal_tiled_forward_compute
     with probes.trace_tensors() as causal:
         reference.flash_forward(q, k, v, True, 16, 16)
     assert causal.exponentials / full.exponentials == 10 / 16   # 10 of 16 tiles, and their rescaling
+
+
+# --------------------------------------------------------------------------------------
+# Attention in today's decoders (assignment 06)
+# --------------------------------------------------------------------------------------
+
+
+def test_rope_scores_depend_on_the_distance_between_query_and_key_only():
+    q, k = torch.randn(2, 16, dtype=torch.float64).unbind(0)
+
+    def score(m, n):
+        rotated_q = reference.apply_rope(q.view(1, 16), torch.tensor([m]))
+        rotated_k = reference.apply_rope(k.view(1, 16), torch.tensor([n]))
+        return (rotated_q @ rotated_k.T).item()
+
+    assert score(5, 2) == pytest.approx(score(105, 102), rel=1e-12) == pytest.approx(score(3, 0), rel=1e-12)
+    assert score(5, 2) != pytest.approx(score(5, 3), rel=1e-3)
+    assert torch.equal(reference.apply_rope(q.view(1, 16), torch.tensor([0])), q.view(1, 16))   # position 0: no turn
+
+
+def test_rope_is_llamas_rotary_embedding_in_transformers():
+    """Held to a widely used implementation: Llama's rotary embedding and its application in
+    Hugging Face transformers (which compute in float32), with Llama 3's base and per-sequence
+    positions that do not start at 0, as with left padding or a cache."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    base = 500000.0
+    config = LlamaConfig(hidden_size=96, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         rope_parameters={"rope_type": "default", "rope_theta": base})
+    q, k = torch.randn(2, 4, 9, 24), torch.randn(2, 2, 9, 24)
+    positions = torch.stack([torch.arange(3, 12), torch.arange(1000, 1009)])
+    cos, sin = LlamaRotaryEmbedding(config)(q, positions)
+    theirs_q, theirs_k = apply_rotary_pos_emb(q, k, cos, sin)
+    # transformers takes its angles in float32, which at position ~1000 are off by ~1000 * 2**-24
+    # radians; the reference's are float64. A wrong convention would be off by about 1.
+    torch.testing.assert_close(reference.apply_rope(q, positions, base), theirs_q, rtol=0, atol=5e-4)
+    torch.testing.assert_close(reference.apply_rope(k, positions, base), theirs_k, rtol=0, atol=5e-4)
+    near = positions[:1]   # positions 3..11: float32 angles are exact to ~1e-6 there
+    torch.testing.assert_close(reference.apply_rope(q[:1], near, base), theirs_q[:1], rtol=0, atol=2e-5)
+
+
+def test_grouped_query_attention_with_as_many_key_value_heads_is_multi_head_attention():
+    gqa = reference.GroupedQueryAttention(24, 4, 4).double()
+    x, positions = torch.randn(2, 7, 24, dtype=torch.float64), torch.arange(7)
+    out, _ = gqa(x, positions)
+    q = reference.apply_rope(reference.split_heads(gqa.q_proj(x), 4), positions)
+    k = reference.apply_rope(reference.split_heads(gqa.k_proj(x), 4), positions)
+    v = reference.split_heads(gqa.v_proj(x), 4)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, gqa.o_proj(reference.merge_heads(expected)))
+
+
+def test_grouped_query_heads_share_their_key_value_head_and_a_cache_changes_nothing():
+    gqa = reference.GroupedQueryAttention(16, 4, 2, rope_base=100.0).double()   # query heads 0, 1 share head 0
+    x, positions = torch.randn(3, 6, 16, dtype=torch.float64), torch.arange(10, 16)
+    whole, (keys, values) = gqa(x, positions)
+    assert keys.shape == values.shape == (3, 2, 6, 4)
+    first, cache = gqa(x[:, :4], positions[:4])
+    rest, _ = gqa(x[:, 4:], positions[4:], cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), whole)
+    expanded = reference.repeat_kv(keys, 2)
+    assert torch.equal(expanded[:, 0], expanded[:, 1]) and torch.equal(expanded[:, 2], keys[:, 1])
+    mqa = reference.GroupedQueryAttention(16, 4, 1)
+    assert mqa.k_proj.weight.shape == (4, 16) and mqa(x.float(), positions)[0].shape == (3, 6, 16)
+
+
+def test_a_sliding_window_sees_at_most_window_keys_itself_included():
+    mask = reference.sliding_window_mask(6, window=3)
+    assert mask.sum(dim=-1).tolist() == [1, 2, 3, 3, 3, 3]
+    assert mask[5].tolist() == [False, False, False, True, True, True]
+    cached = reference.sliding_window_mask(2, 6, window=3)   # the last two queries of six keys
+    assert torch.equal(cached, mask[4:])
+    assert torch.equal(reference.sliding_window_mask(5, window=5), reference.causal_mask(5))
+
+
+def test_left_padded_prompts_count_positions_from_their_first_token_and_never_see_padding():
+    attention_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert reference.left_padded_positions(attention_mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    allowed = reference.padded_causal_mask(attention_mask)
+    assert allowed.shape == (2, 1, 5, 5) and not allowed[0, 0, :, :2].any()
+    assert torch.equal(allowed[1, 0], reference.causal_mask(5))
+    # A padded prompt gives the outputs of the same prompt alone, at its real positions.
+    gqa = reference.GroupedQueryAttention(8, 2, 1).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    alone, _ = gqa(x, torch.arange(3))
+    padded = torch.cat([torch.randn(1, 2, 8, dtype=torch.float64), x], dim=1)
+    out, _ = gqa(padded, reference.left_padded_positions(attention_mask[:1]), reference.padded_causal_mask(attention_mask[:1]))
+    torch.testing.assert_close(out[:, 2:], alone)
+
+
+def test_the_kv_cache_of_a_llama_3_8b_shaped_model():
+    """32 layers, 8 key/value heads of 128 in bf16: 128 KiB per token, 1 GiB at 8192 tokens;
+    with 32 key/value heads (multi-head) four times that, with one (multi-query) an eighth."""
+    per_token = reference.kv_cache_bytes(32, 8, 128, 1)
+    assert per_token == 128 * 2**10
+    assert reference.kv_cache_bytes(32, 8, 128, 8192) == 2**30
+    assert reference.kv_cache_bytes(32, 32, 128, 8192) == 4 * 2**30
+    assert reference.kv_cache_bytes(32, 1, 128, 8192, batch=4, dtype=torch.float32) == 2**30
