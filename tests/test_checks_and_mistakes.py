@@ -194,3 +194,39 @@ def test_in_a_kernel_a_failed_check_is_one_message_and_forbidden_calls_are_found
     assert "Where your code raised it:" in raised and "return x @ x.T @ x.T" in raised
     assert "transformer_lm" not in raised and "site-packages" not in raised, raised
     assert wrong.startswith("CheckFailed: output has the right shape") and len(wrong.splitlines()) <= 4, wrong
+
+
+def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_what_it_concerns():
+    """Assignment 06's catalogue: every twin with no flaw is the reference, and every catalogued
+    mistake changes the output of the piece it concerns (on inputs that can show it)."""
+    none = mistakes.DecoderFlaws()
+    x, positions = torch.randn(2, 4, 7, 8, dtype=torch.float64), torch.stack([torch.arange(7), torch.arange(3, 10)])
+    torch.testing.assert_close(mistakes.flawed_apply_rope(x, positions, 100.0, none), reference.apply_rope(x, positions, 100.0))
+    kv = torch.randn(2, 2, 5, 4)
+    assert torch.equal(mistakes.flawed_repeat_kv(kv, 2, none), reference.repeat_kv(kv, 2))
+    assert torch.equal(mistakes.flawed_sliding_window_mask(6, 6, 3, none), reference.sliding_window_mask(6, window=3))
+    attention_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    positions_ok, mask_ok = mistakes.flawed_padding(attention_mask, None, none)
+    assert torch.equal(positions_ok, reference.left_padded_positions(attention_mask))
+    assert torch.equal(mask_ok, reference.padded_causal_mask(attention_mask))
+    gqa = reference.GroupedQueryAttention(16, 4, 2).double()
+    hidden, steps = torch.randn(2, 6, 16, dtype=torch.float64), torch.arange(2, 8)
+    torch.testing.assert_close(mistakes.flawed_grouped_query_attention(gqa, hidden, steps, None, none), gqa(hidden, steps)[0])
+    torch.testing.assert_close(mistakes.flawed_cached_outputs(gqa, hidden, steps, 3, none), gqa(hidden, steps)[0])
+    for mistake in mistakes.DECODER:
+        flaws = mistake.flaws
+        if mistake.shows_with & {"rope", "gqa"} and mistake.name != "kv_heads_repeated_not_interleaved":
+            assert not torch.allclose(mistakes.flawed_apply_rope(x, positions, 100.0, flaws),
+                                      reference.apply_rope(x, positions, 100.0)), mistake.name
+        if "gqa" in mistake.shows_with:
+            assert not torch.allclose(mistakes.flawed_grouped_query_attention(gqa, hidden, steps, None, flaws),
+                                      gqa(hidden, steps)[0]), mistake.name
+        if "window" in mistake.shows_with:
+            assert not torch.equal(mistakes.flawed_sliding_window_mask(6, 6, 3, flaws),
+                                   reference.sliding_window_mask(6, window=3)), mistake.name
+        if "cache" in mistake.shows_with:
+            assert not torch.allclose(mistakes.flawed_cached_outputs(gqa, hidden, steps, 3, flaws),
+                                      gqa(hidden, steps)[0]), mistake.name
+        if "padding" in mistake.shows_with:
+            got = mistakes.flawed_padding(attention_mask, None, flaws)
+            assert not (torch.equal(got[0], positions_ok) and torch.equal(got[1], mask_ok)), mistake.name

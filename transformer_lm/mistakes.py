@@ -77,6 +77,19 @@ class TilingFlaws:
 
 
 @dataclass(frozen=True)
+class DecoderFlaws:
+    """Ways the attention of today's decoders (assignment 06) can go wrong; the defaults are all correct."""
+
+    rope_interleaved: bool = False  # pairs (x[2i], x[2i+1]) turned, where the weights expect (x[i], x[i + d/2])
+    rope_exponent: str = "2i/d"  # "i/d": the frequencies' exponent off by a factor of 2
+    kv_repeat: str = "interleave"  # "repeat": key/value heads tiled (0, 1, 0, 1) instead of (0, 0, 1, 1)
+    window_offset: int = 0  # +1: each query sees one key too many; -1: one too few
+    pads_attended: bool = False  # the padding of a left-padded prompt not masked
+    positions_from_padding: bool = False  # positions counted from the first pad, not the first real token
+    cache_positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+
+
+@dataclass(frozen=True)
 class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
@@ -87,7 +100,7 @@ class Mistake:
     name: str
     title: str
     hint: str
-    flaws: Flaws | GenerationFlaws | TilingFlaws
+    flaws: Flaws | GenerationFlaws | TilingFlaws | DecoderFlaws
     shows_with: frozenset[str] = frozenset()
 
     def hint_in(self, names: dict[str, str] | None = None) -> str:
@@ -110,6 +123,12 @@ def tiling_mistakes(shows_with: str) -> list[Mistake]:
     online softmax's values), ``"forward"`` and ``"causal"`` (the tiled forward's), ``"backward"``
     (its gradients), ``"work"`` (the tiles a causal forward computes) or ``"memory"``."""
     return [mistake for mistake in TILING if shows_with in mistake.shows_with]
+
+
+def decoder_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of today's decoders that show in ``"rope"``, ``"gqa"``,
+    ``"window"``, ``"padding"`` or ``"cache"``."""
+    return [mistake for mistake in DECODER if shows_with in mistake.shows_with]
 
 
 def generation_mistakes(shows_with: str) -> list[Mistake]:
@@ -316,7 +335,54 @@ TILING: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING
+DECODER: tuple[Mistake, ...] = (
+    Mistake(
+        "rope_interleaved", "interleaved and half-split rotary pairs mixed up",
+        "Llama's convention (and this course's) turns each pair (x[i], x[i + d/2]): rotate_half splits the "
+        "last dimension into halves, (x1, x2) -> (-x2, x1). The interleaved convention turns (x[2i], x[2i+1]); "
+        "both keep scores relative, but weights trained under one give wrong scores under the other.",
+        DecoderFlaws(rope_interleaved=True), frozenset({"rope", "gqa"}),
+    ),
+    Mistake(
+        "rope_exponent_off", "the rotary frequencies' exponent off (i/d instead of 2i/d)",
+        "Pair i turns by base ** (-2i / d) per position, for i = 0 .. d/2 - 1: torch.arange(0, d, 2) / d, not "
+        "torch.arange(d // 2) / d, whose slowest pair turns about sqrt(base) times too fast.",
+        DecoderFlaws(rope_exponent="i/d"), frozenset({"rope", "gqa"}),
+    ),
+    Mistake(
+        "kv_heads_repeated_not_interleaved", "key/value heads repeated with repeat instead of repeat_interleave",
+        "Query heads h * r .. h * r + r - 1 share key/value head h, so each key/value head is copied r times in "
+        "place: repeat_interleave(r, dim=1) gives heads 0, 0, 1, 1; repeat(1, r, 1, 1) gives 0, 1, 0, 1 and pairs "
+        "query heads with the wrong keys.",
+        DecoderFlaws(kv_repeat="repeat"), frozenset({"gqa"}),
+    ),
+    Mistake(
+        "window_off_by_one", "the sliding window off by one",
+        "A window of w keys counts the query's own key: query i sees keys i - w + 1 .. i, so the band of "
+        "torch.triu starts at diagonal -(w - 1), not -w (one key too many) or -(w - 2) (one too few).",
+        DecoderFlaws(window_offset=1), frozenset({"window"}),
+    ),
+    Mistake(
+        "pads_attended", "pad tokens attended to",
+        "Combine the causal mask with the attention mask of the padding, so that no query looks at a pad key: "
+        "causal & attention_mask[:, None, None, :].bool().",
+        DecoderFlaws(pads_attended=True), frozenset({"padding"}),
+    ),
+    Mistake(
+        "positions_from_padding", "positions counted from the padding",
+        "A left-padded prompt's first real token is at position 0, as it would be alone: positions = "
+        "(attention_mask.cumsum(-1) - 1).clamp(min=0), not torch.arange(T), which counts the pads.",
+        DecoderFlaws(positions_from_padding=True), frozenset({"padding"}),
+    ),
+    Mistake(
+        "cache_positions_not_offset_rope", "positions start at 0 again for the tokens after the cache",
+        "With a KV cache, the new tokens come after the cached ones: rotate them at positions past_len .. "
+        "past_len + T - 1 (per sequence: one more than its last position), not 0 .. T - 1.",
+        DecoderFlaws(cache_positions_from_zero=True), frozenset({"cache"}),
+    ),
+)
+
+CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING + DECODER
 
 BY_NAME = {mistake.name: mistake for mistake in CATALOG}
 
@@ -520,3 +586,72 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
             dq[..., qs:qs + block_q, :] += (dscores @ kb) * scale
             dk[..., ks:ks + block_k, :] += (dscores.transpose(-2, -1) @ qb) * scale
     return dq, dk, dv
+
+
+def flawed_apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float, flaws: DecoderFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.reference.apply_rope` as a student might write it: pairs interleaved,
+    or frequencies with the exponent off."""
+    d = x.shape[-1]
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if flaws.rope_exponent == "2i/d" \
+        else torch.arange(d // 2, dtype=torch.float64) / d
+    angles = positions.to(torch.float64).unsqueeze(-1) * base ** -exponents   # (..., T, d/2)
+    if positions.dim() == 2 and x.dim() == 4:
+        angles = angles.unsqueeze(1)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if flaws.rope_interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+    return x * torch.cat((cos, cos), dim=-1) + reference.rotate_half(x) * torch.cat((sin, sin), dim=-1)
+
+
+def flawed_repeat_kv(x: torch.Tensor, repeats: int, flaws: DecoderFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.reference.repeat_kv` as a student might write it."""
+    return x.repeat(1, repeats, 1, 1) if flaws.kv_repeat == "repeat" else reference.repeat_kv(x, repeats)
+
+
+def flawed_sliding_window_mask(query_len: int, key_len: int, window: int, flaws: DecoderFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.reference.sliding_window_mask` with the window off by ``window_offset``."""
+    return reference.sliding_window_mask(query_len, key_len, window=window + flaws.window_offset)
+
+
+def flawed_padding(attention_mask: torch.Tensor, query_len: int | None, flaws: DecoderFlaws):
+    """The positions ``(B, T)`` and the mask ``(B, 1, query_len, T_k)`` of a left-padded batch as a
+    student might make them."""
+    key_len = attention_mask.shape[-1]
+    positions = torch.arange(key_len).expand(attention_mask.shape) if flaws.positions_from_padding \
+        else reference.left_padded_positions(attention_mask)
+    mask = reference.causal_mask(query_len or key_len, key_len)[None, None].expand(
+        attention_mask.shape[0], 1, -1, -1) if flaws.pads_attended else reference.padded_causal_mask(attention_mask,
+                                                                                                      query_len)
+    return positions, mask
+
+
+def flawed_grouped_query_attention(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
+                                   attn_mask: torch.Tensor | None, flaws: DecoderFlaws) -> torch.Tensor:
+    """The output of ``module`` (the reference's weights) as a student's forward with ``flaws``
+    computes it (rotary embeddings and the sharing of key/value heads)."""
+    q = flawed_apply_rope(reference.split_heads(module.q_proj(x), module.n_heads), positions, module.rope_base, flaws)
+    k = flawed_apply_rope(reference.split_heads(module.k_proj(x), module.n_kv_heads), positions, module.rope_base,
+                          flaws)
+    v = reference.split_heads(module.v_proj(x), module.n_kv_heads)
+    repeats = module.n_heads // module.n_kv_heads
+    if attn_mask is None:
+        attn_mask = reference.causal_mask(x.shape[-2])
+    out = reference.scaled_dot_product_attention(q, flawed_repeat_kv(k, repeats, flaws),
+                                                 flawed_repeat_kv(v, repeats, flaws), attn_mask).output
+    return module.o_proj(reference.merge_heads(out))
+
+
+def flawed_cached_outputs(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
+                          prefix: int, flaws: DecoderFlaws) -> torch.Tensor:
+    """The outputs of ``module`` on ``x`` ``(B, T, d_model)`` run as a decoder runs it with a KV
+    cache: the first ``prefix`` tokens, then one token per call, each at the position a student's
+    code gives it (``cache_positions_from_zero``: 0, as if nothing were cached)."""
+    outputs, cache = [], None
+    for start, stop in [(0, prefix)] + [(t, t + 1) for t in range(prefix, x.shape[-2])]:
+        where = positions[..., start:stop]
+        if flaws.cache_positions_from_zero and start:
+            where = where - where[..., :1]
+        out, cache = module(x[:, start:stop], where, None, cache)
+        outputs.append(out)
+    return torch.cat(outputs, dim=-2)
