@@ -17,6 +17,7 @@ from transformer_lm import mistakes as catalog
 from transformer_lm import reference
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, randomize  # noqa: F401 - randomize: notebooks
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # noqa: F401 - for the test cells
+from transformer_lm.decoder_kinds import CacheBytesCheck, GroupedQueryCheck, RopeCheck, WindowMaskCheck
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoadCheck, GenerateCheck, LossCheck,
                                   ModuleCheck, MultiheadLoadCheck, ParametersCheck, Prepared, TransferCheck,
@@ -281,3 +282,42 @@ def check_backward_memory(cls, seed: int = 0) -> Verdict:
     _run(cls.__name__, _seeded(FlashFunctionCheck(cls.__name__, TILED_MEMORY_CASE, "memory"), seed), {cls.__name__: cls})
     check = CausalWorkCheck(cls.__name__, TILED_MEMORY_CASE, backward=True)
     return _run(f"{cls.__name__}.backward", _seeded(check, seed), {cls.__name__: cls})
+
+
+# --------------------------------------------------------------------------------------
+# Attention in today's decoders (assignment 06), on visible sizes
+# --------------------------------------------------------------------------------------
+
+
+def check_rope(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(x, positions, base)`` (Llama's half-split convention): positions from
+    0, positions that start later (as after a cache) and one row of positions per sequence (as
+    with left padding), two bases."""
+    for check in (RopeCheck(fn.__name__, 1, 2, 5, 8), RopeCheck(fn.__name__, 2, 3, 6, 16, start=7),
+                  RopeCheck(fn.__name__, 3, 2, 4, 8, start=2, per_sequence=True, base=500000.0)):
+        verdict = _run(fn.__name__, _seeded(check, seed), {fn.__name__: fn})
+    return verdict
+
+
+def check_grouped_query_attention(cls, seed: int = 0) -> Verdict:
+    """Visible check of ``cls(d_model, n_heads, n_kv_heads, rope_base, window)``: multi-query,
+    grouped and multi-head, at positions that do not start at 0, and with a sliding window."""
+    for check in (GroupedQueryCheck(cls.__name__, 16, 4, 1, 2, 5), GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 6, 3),
+                  GroupedQueryCheck(cls.__name__, 12, 3, 3, 1, 4, 9, base=100.0),
+                  GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 7, window=3)):
+        verdict = _run(cls.__name__, _seeded(check, seed), {cls.__name__: cls})
+    return verdict
+
+
+def check_sliding_window_mask(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(query_len, key_len, window)``: square, and the last queries of a cache."""
+    for sizes in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)):
+        verdict = _run(fn.__name__, _seeded(WindowMaskCheck(fn.__name__, *sizes), seed), {fn.__name__: fn})
+    return verdict
+
+
+def check_kv_cache_bytes(fn, seed: int = 0) -> Verdict:
+    """Visible check of ``fn(n_layers, n_kv_heads, head_dim, seq_len, batch, dtype)``."""
+    for sizes in ((32, 8, 128, 8192, 1, "bfloat16"), (2, 3, 16, 100, 4, "float32")):
+        verdict = _run(fn.__name__, _seeded(CacheBytesCheck(fn.__name__, *sizes), seed), {fn.__name__: fn})
+    return verdict

@@ -416,11 +416,13 @@ class FunctionCheck:
 
 
 def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
-                   candidates: dict | None = None) -> Prepared:
+                   candidates: dict | None = None, call_kwargs: dict | None = None) -> Prepared:
     """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
-    against ``expected_fn``: what :class:`FunctionCheck` prepares once it has drawn them."""
+    against ``expected_fn``: what :class:`FunctionCheck` prepares once it has drawn them. The
+    student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold."""
     expected = function_records(expected_fn, inputs, grad_output)
-    call = ProbeCall.of(probes.probe_function, {"fn": name}, {"inputs": inputs, "grad_output": grad_output})
+    call = ProbeCall.of(probes.probe_function, {"fn": name},
+                        {"inputs": inputs, "grad_output": grad_output, "call_kwargs": call_kwargs})
     return Prepared(call, _judge_record(expected, candidates))
 
 

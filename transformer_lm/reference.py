@@ -584,25 +584,32 @@ def padded_causal_mask(attention_mask: torch.Tensor, query_len: int | None = Non
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention of today's decoders: ``n_heads`` query heads share ``n_kv_heads``
     key/value heads (``n_kv_heads == n_heads``: multi-head; 1: multi-query), with rotary position
-    embeddings on queries and keys and no biases, as in Llama (the layer names are Llama's)."""
+    embeddings on queries and keys and no biases, as in Llama (the layer names are Llama's), and,
+    with ``window``, each query seeing at most ``window`` keys, as in Mistral."""
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None = None,
-                 rope_base: float = 10000.0):
+                 rope_base: float = 10000.0, window: int | None = None):
         super().__init__()
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = head_dim or d_model // n_heads
-        self.rope_base = rope_base
+        self.rope_base, self.window = rope_base, window
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
 
+    def causal_mask(self, query_len: int, key_len: int, device=None) -> torch.Tensor:
+        """The mask when none is given: causal, within the sliding window if the layer has one."""
+        if self.window is None:
+            return causal_mask(query_len, key_len, device=device)
+        return sliding_window_mask(query_len, key_len, window=self.window, device=device)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None):
         """``x`` ``(B, T, d_model)`` at ``positions`` ``(T,)`` or ``(B, T)``; ``attn_mask`` boolean,
-        broadcastable to ``(B, 1, T, T_k)`` (causal when None); ``cache``: the rotated keys and the
+        broadcastable to ``(B, 1, T, T_k)`` (:meth:`causal_mask` when None); ``cache``: the rotated keys and the
         values of the earlier tokens, ``(B, n_kv_heads, T_past, head_dim)`` each. Returns the output
         ``(B, T, d_model)`` and the keys and values so far, for the cache."""
         q = apply_rope(split_heads(self.q_proj(x), self.n_heads), positions, self.rope_base)     # (B, H, T, hd)
@@ -611,7 +618,7 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             k, v = torch.cat((cache[0], k), dim=-2), torch.cat((cache[1], v), dim=-2)
         if attn_mask is None:
-            attn_mask = causal_mask(x.shape[-2], k.shape[-2], device=x.device)
+            attn_mask = self.causal_mask(x.shape[-2], k.shape[-2], device=x.device)
         repeats = self.n_heads // self.n_kv_heads
         out = scaled_dot_product_attention(q, repeat_kv(k, repeats), repeat_kv(v, repeats), attn_mask).output
         return self.o_proj(merge_heads(out)), (k, v)

@@ -65,11 +65,12 @@ def load_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> 
 
 
 def _split_result(result):
-    """``output`` or ``(output, weights)`` as the object returned it."""
+    """``output`` or ``(output, weights)`` as the object returned it (a second value that is not a
+    tensor, such as a layer's cache, is not weights)."""
     if isinstance(result, (tuple, list)):
         if len(result) != 2:
             raise ProbeError(f"forward returned {len(result)} values, expected the output (and the weights)")
-        return result[0], result[1]
+        return result[0], result[1] if isinstance(result[1], torch.Tensor) else None   # (output, cache): no weights
     return result, None
 
 
@@ -315,6 +316,21 @@ def probe_autograd_function(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return record
 
 
+def probe_call(fn, arguments: dict):
+    """Calls ``fn(**arguments)`` with plain arguments (a string ``"torch.<dtype>"`` becomes that
+    dtype) and records a tensor result as ``output``; a number comes back as itself."""
+    torch.manual_seed(0)
+    arguments = {name: getattr(torch, value[len("torch."):]) if isinstance(value, str) and value.startswith("torch.")
+                 else value for name, value in arguments.items()}
+    result = fn(**arguments)
+    if isinstance(result, torch.Tensor) and result.dim():
+        return {"output": plain(result)}
+    number = result.item() if isinstance(result, torch.Tensor) else result
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(result).__name__}; expected a number or a tensor")
+    return number
+
+
 def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
     """The names and shapes of the parameters of ``cls(**init)``."""
     return {name: list(p.shape) for name, p in build(cls, init).named_parameters()}
@@ -333,7 +349,7 @@ def raised_exception(cls, init: dict) -> str | None:
 
 PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
-                                              probe_traced, probe_causal_work, probe_autograd_function,
+                                              probe_traced, probe_causal_work, probe_autograd_function, probe_call,
                                               parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
 
