@@ -18,6 +18,8 @@ class GroupedQueryAttention(reference.GroupedQueryAttention):
         super().__init__(d_model, n_heads, n_kv_heads, rope_base=rope_base, window=window)
 
     def forward(self, x, positions, attn_mask=None, cache=None):
+        if self.flaws == mistakes.DecoderFlaws():
+            return super().forward(x, positions, attn_mask, cache)
         if attn_mask is None:
             attn_mask = mistakes.flawed_sliding_window_mask(x.shape[-2], x.shape[-2], self.window, self.flaws) \
                 if self.window else reference.causal_mask(x.shape[-2])
@@ -80,3 +82,59 @@ def test_a_cache_size_without_the_values_is_told_to_count_them():
 
     with pytest.raises(CheckFailed, match="Count the keys and the values"):
         checks.check_kv_cache_bytes(kv_cache_bytes)
+
+
+def padded_positions(attention_mask):
+    return reference.left_padded_positions(attention_mask)
+
+
+def padded_attention_mask(attention_mask, query_len):
+    return reference.padded_causal_mask(attention_mask, query_len)
+
+
+def generate_padded(model, prompts, max_new_tokens, pad_id=0):
+    return reference.generate_padded(model, prompts, max_new_tokens, pad_id)
+
+
+def test_the_course_code_pads_and_generates_as_the_visible_checks_require():
+    assert checks.check_padding(padded_positions, padded_attention_mask).passed
+    assert checks.check_padded_generation(generate_padded, GroupedQueryAttention).passed
+
+
+@pytest.mark.parametrize("mistake", mistakes.decoder_mistakes("padding"), ids=lambda m: m.name)
+def test_every_padding_mistake_is_caught_and_named(mistake):
+    def padded_positions(attention_mask):
+        return mistakes.flawed_padding(attention_mask, None, mistake.flaws)[0]
+
+    def padded_attention_mask(attention_mask, query_len):
+        return mistakes.flawed_padding(attention_mask, query_len, mistake.flaws)[1]
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_padding(padded_positions, padded_attention_mask)
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("name", ["pads_attended", "cache_positions_not_offset_rope"])
+def test_generation_that_attends_to_pads_or_restarts_positions_after_the_cache_is_caught_and_named(name):
+    mistake = mistakes.BY_NAME[name]
+
+    def generate_padded(model, prompts, max_new_tokens, pad_id=0):
+        return reference.generate_padded(model, prompts, max_new_tokens, pad_id,
+                                         inputs=mistakes.flawed_padded_inputs(mistake.flaws))
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_padded_generation(generate_padded, GroupedQueryAttention)
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_under_rope_positions_counted_from_the_padding_change_no_token():
+    """Rotary scores depend on distances only, so shifting all of a prompt's positions by its
+    padding leaves generation as it was: the mistake shows in the positions themselves, which
+    check_padding compares (above)."""
+    from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+
+    torch.manual_seed(0)
+    model = TinyDecoder(DecoderConfig(), reference.GroupedQueryAttention).eval()
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    shifted = mistakes.flawed_padded_inputs(mistakes.BY_NAME["positions_from_padding"].flaws)
+    assert reference.generate_padded(model, prompts, 5, inputs=shifted) == reference.generate_padded(model, prompts, 5)

@@ -17,7 +17,8 @@ from transformer_lm import mistakes as catalog
 from transformer_lm import reference
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, randomize  # noqa: F401 - randomize: notebooks
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # noqa: F401 - for the test cells
-from transformer_lm.decoder_kinds import CacheBytesCheck, GroupedQueryCheck, RopeCheck, WindowMaskCheck
+from transformer_lm.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck, PaddingCheck,
+                                          RopeCheck, WindowMaskCheck)
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoadCheck, GenerateCheck, LossCheck,
                                   ModuleCheck, MultiheadLoadCheck, ParametersCheck, Prepared, TransferCheck,
@@ -321,3 +322,23 @@ def check_kv_cache_bytes(fn, seed: int = 0) -> Verdict:
     for sizes in ((32, 8, 128, 8192, 1, "bfloat16"), (2, 3, 16, 100, 4, "float32")):
         verdict = _run(fn.__name__, _seeded(CacheBytesCheck(fn.__name__, *sizes), seed), {fn.__name__: fn})
     return verdict
+
+
+def check_padding(positions_fn, mask_fn, seed: int = 0) -> Verdict:
+    """Visible check of ``positions_fn(attention_mask)`` and ``mask_fn(attention_mask, query_len)``
+    for left-padded prompts: the whole prompts, and the last token (a step after the cache)."""
+    objects = {positions_fn.__name__: positions_fn, mask_fn.__name__: mask_fn}
+    for lengths, query_len in (((3, 5, 1), None), ((2, 4), 1)):
+        check = PaddingCheck(positions_fn.__name__, mask_fn.__name__, lengths, query_len)
+        verdict = _run(mask_fn.__name__, _seeded(check, seed), objects)
+    return verdict
+
+
+def check_padded_generation(generate_fn, attention_cls, seed: int = 0) -> Verdict:
+    """Visible check of ``generate_fn(model, prompts, max_new_tokens)`` on a TinyDecoder built on
+    ``attention_cls``: the padded batch gives each prompt the tokens it gets alone."""
+    config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2),
+              ("ff_dim", 24))
+    check = PaddedGenerationCheck(generate_fn.__name__, attention_cls.__name__, config, (3, 6, 1), 5)
+    return _run(generate_fn.__name__, _seeded(check, seed),
+                {generate_fn.__name__: generate_fn, attention_cls.__name__: attention_cls})

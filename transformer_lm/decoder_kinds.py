@@ -154,3 +154,112 @@ class CacheBytesCheck:
 
         return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object},
                                      {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}), judge_bytes)
+
+
+def left_padded_batch(lengths: tuple[int, ...]) -> torch.Tensor:
+    """The attention mask ``(B, max(lengths))`` of prompts of ``lengths``, padded on the left."""
+    return reference.left_pad([[1] * n for n in lengths])[1]
+
+
+@dataclass(frozen=True)
+class PaddingCheck:
+    """``positions_object(attention_mask)`` and ``mask_object(attention_mask, query_len)`` give a
+    left-padded batch's positions and mask as :func:`reference.padded_inputs` does (the mask for
+    the last ``query_len`` tokens)."""
+
+    positions_object: str
+    mask_object: str
+    lengths: tuple[int, ...]
+    query_len: int | None = None
+
+    @property
+    def object(self) -> str:
+        return self.mask_object
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        attention_mask = left_padded_batch(self.lengths)
+        query_len = self.query_len or attention_mask.shape[-1]
+        expected = {"positions": reference.left_padded_positions(attention_mask),
+                    "mask": reference.padded_causal_mask(attention_mask, query_len)}
+        candidates = {m: dict(zip(("positions", "mask"), catalog.flawed_padding(attention_mask, query_len, m.flaws)))
+                      for m in catalog.decoder_mistakes("padding")}
+        calls = (f"{self.positions_object}(attention_mask) and {self.mask_object}(attention_mask, {query_len}) for "
+                 f"prompts of lengths {list(self.lengths)}")
+
+        def judge_padding(record, value, values) -> Verdict:
+            for key in ("positions", "mask"):
+                got, want = record.get(key), expected[key]
+                if got is None or tuple(got.shape) != tuple(want.shape) or not torch.equal(got.to(want.dtype), want):
+                    mistake = next((m for m, r in candidates.items()
+                                    if got is not None and tuple(got.shape) == tuple(r[key].shape)
+                                    and torch.equal(got.to(want.dtype), r[key].to(want.dtype))
+                                    and not torch.equal(r[key].to(want.dtype), want)), None)
+                    shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                    detail = f": got {got.tolist()}, expected {want.tolist()}" if values and got is not None else ""
+                    return Verdict("failed", f"{calls}: the {key} are wrong ({shape}, expected shape "
+                                             f"{tuple(want.shape)}){detail}.", mistake)
+            return Verdict("passed", "Correct: positions from each prompt's first token, and no query sees padding.")
+
+        arguments = {"attention_mask": attention_mask, "query_len": query_len}
+        return Prepared(ProbeCall.of(probes.probe_padding, {"positions_fn": self.positions_object,
+                                                            "mask_fn": self.mask_object}, arguments), judge_padding)
+
+
+GENERATION_DRAWS = 8
+"""How many random models a padded-generation check may draw to find one under which every
+catalogued mistake of padded generation changes the greedy tokens."""
+
+
+@dataclass(frozen=True)
+class PaddedGenerationCheck:
+    """``object(model, prompts, max_new_tokens)`` on a :class:`TinyDecoder` built on the student's
+    ``attention`` class with random reference weights: every prompt's greedy continuation in one
+    left-padded batch with a KV cache must be what generating that prompt alone gives. The weights
+    are drawn again until every catalogued mistake of padded generation changes the tokens."""
+
+    object: str
+    attention: str
+    config: tuple[tuple[str, object], ...]
+    lengths: tuple[int, ...]
+    max_new_tokens: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+
+        config = DecoderConfig(**dict(self.config))
+        mistakes = [m for m in catalog.decoder_mistakes("padding") + catalog.decoder_mistakes("cache")
+                    if m.name != "positions_from_padding"]   # under RoPE an offset of every position changes nothing
+        drawn = None
+        for _ in range(GENERATION_DRAWS):
+            model = randomize(TinyDecoder(config, reference.GroupedQueryAttention), generator, scale=0.5).eval()
+            prompts = [torch.randint(config.vocab_size, (n,), generator=generator).tolist() for n in self.lengths]
+            expected = [reference.generate_padded(model, [p], self.max_new_tokens)[0] for p in prompts]
+            candidates = {m: reference.generate_padded(model, prompts, self.max_new_tokens,
+                                                       inputs=catalog.flawed_padded_inputs(m.flaws)) for m in mistakes}
+            candidates = {m: tokens for m, tokens in candidates.items() if tokens != expected}
+            if drawn is None or len(candidates) > len(drawn[-1]):
+                drawn = (model, prompts, expected, candidates)
+            if len(candidates) == len(mistakes):
+                break
+        model, prompts, expected, candidates = drawn
+        call = f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens})"
+
+        def judge_tokens(record, value, values) -> Verdict:
+            if value == expected:
+                return Verdict("passed", "Correct: each prompt's tokens in the padded batch are those it gets alone.")
+            if not isinstance(value, list) or len(value) != len(expected):
+                return Verdict("failed", f"{call} returned {len(value) if isinstance(value, list) else 'no'} rows; "
+                                         f"expected one per prompt ({len(expected)}).")
+            row = next(i for i, (got, want) in enumerate(zip(value, expected)) if got != want)
+            if value[row][:len(prompts[row])] != prompts[row]:
+                return Verdict("failed", f"{call}: row {row} does not start with its prompt (without padding).")
+            mistake = next((m for m, tokens in candidates.items() if tokens == value), None)
+            shown = f" (got {value[row]}, alone it gives {expected[row]})" if values else ""
+            return Verdict("failed", f"{call}: prompt {row} (of {len(prompts[row])} tokens) continues differently in "
+                                     f"the batch than alone{shown}. Generation runs your attention layer: if its "
+                                     "check fails, fix that first.", mistake)
+
+        arguments = {"config": dict(self.config), "state": {n: p.detach().clone() for n, p in model.named_parameters()},
+                     "prompts": prompts, "max_new_tokens": self.max_new_tokens}
+        return Prepared(ProbeCall.of(probes.probe_padded_generation, {"fn": self.object, "attention": self.attention},
+                                     arguments), judge_tokens)

@@ -655,3 +655,16 @@ def flawed_cached_outputs(module: reference.GroupedQueryAttention, x: torch.Tens
         out, cache = module(x[:, start:stop], where, None, cache)
         outputs.append(out)
     return torch.cat(outputs, dim=-2)
+
+
+def flawed_padded_inputs(flaws: DecoderFlaws):
+    """:func:`transformer_lm.reference.padded_inputs` as a student might write it: positions counted
+    from the padding, pads left unmasked, or the positions after the cache starting at 0."""
+    def inputs(attention_mask: torch.Tensor, query_len: int):
+        total = attention_mask.shape[-1]
+        positions, mask = flawed_padding(attention_mask, query_len, flaws)
+        positions = positions[:, -query_len:]
+        if flaws.cache_positions_from_zero and query_len < total:   # a call after the cache
+            positions = torch.arange(query_len).expand(attention_mask.shape[0], -1)
+        return positions, mask
+    return inputs

@@ -629,3 +629,39 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, 
     """Bytes a KV cache holds: a key and a value vector per layer, key/value head and token of
     every sequence."""
     return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch * torch.empty((), dtype=dtype).element_size()
+
+
+def left_pad(prompts: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths as one batch, padded on the left: the token ids ``(B, T)`` and
+    the attention mask ``(B, T)``, 1 for a real token and 0 for padding. (Left, so that every
+    prompt's next token comes at the same place, the end.)"""
+    longest = max(len(prompt) for prompt in prompts)
+    idx = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompts], dtype=torch.long)
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+    return idx, mask
+
+
+def padded_inputs(attention_mask: torch.Tensor, query_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions ``(B, query_len)`` and the mask ``(B, 1, query_len, T_k)`` of the last
+    ``query_len`` tokens of a left-padded batch whose ``attention_mask`` covers every token so far."""
+    return left_padded_positions(attention_mask)[:, -query_len:], padded_causal_mask(attention_mask, query_len)
+
+
+@torch.no_grad()
+def generate_padded(model: nn.Module, prompts: list[list[int]], max_new_tokens: int, pad_id: int = 0,
+                    inputs=padded_inputs) -> list[list[int]]:
+    """Greedy generation for prompts of different lengths in one left-padded batch with a KV cache:
+    each prompt followed by ``max_new_tokens`` tokens, the same as generating it alone.
+    ``model(idx, positions, attn_mask, caches) -> (logits, caches)``; ``inputs(attention_mask,
+    query_len)`` gives the positions and the mask of each call (:func:`padded_inputs`)."""
+    idx, attention_mask = left_pad(prompts, pad_id)
+    logits, caches = model(idx, *inputs(attention_mask, idx.shape[-1]))
+    new = []
+    for step in range(max_new_tokens):
+        token = logits[:, -1].argmax(dim=-1, keepdim=True)                  # (B, 1)
+        new.append(token)
+        if step + 1 < max_new_tokens:
+            attention_mask = torch.cat([attention_mask, torch.ones_like(token)], dim=-1)
+            logits, caches = model(token, *inputs(attention_mask, 1), caches)
+    tokens = torch.cat(new, dim=-1) if new else idx[:, :0]
+    return [list(prompt) + tokens[b].tolist() for b, prompt in enumerate(prompts)]

@@ -331,6 +331,36 @@ def probe_call(fn, arguments: dict):
     return number
 
 
+def probe_padding(positions_fn, mask_fn, attention_mask: torch.Tensor, query_len: int) -> dict[str, torch.Tensor]:
+    """Records ``positions_fn(attention_mask)`` and ``mask_fn(attention_mask, query_len)``, the
+    positions and the mask of a left-padded batch."""
+    torch.manual_seed(0)
+    return {"positions": plain(positions_fn(attention_mask.clone())),
+            "mask": plain(mask_fn(attention_mask.clone(), query_len))}
+
+
+def probe_padded_generation(fn, attention, config: dict, state: dict[str, torch.Tensor], prompts: list[list[int]],
+                            max_new_tokens: int) -> list[list[int]]:
+    """Builds :class:`~transformer_lm.sandboxed.decoder.TinyDecoder` on the student's ``attention``
+    class with ``state``, in eval mode, and returns ``fn(model, prompts, max_new_tokens)``: each
+    prompt and its new tokens, as lists of ints."""
+    from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+
+    torch.manual_seed(0)
+    model = TinyDecoder(DecoderConfig(**config), attention)
+    load_parameters(model, state)
+    model.eval()
+    with torch.no_grad():
+        result = fn(model, [list(p) for p in prompts], max_new_tokens)
+    if isinstance(result, torch.Tensor) or not isinstance(result, (list, tuple)):
+        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(result).__name__}; expected a list with one "
+                         "list of token ids per prompt")
+    try:
+        return [[int(token) for token in row] for row in result]
+    except (TypeError, ValueError):
+        raise ProbeError("every row of the result must be a list of token ids (ints)") from None
+
+
 def parameter_shapes(cls, init: dict) -> dict[str, list[int]]:
     """The names and shapes of the parameters of ``cls(**init)``."""
     return {name: list(p.shape) for name, p in build(cls, init).named_parameters()}
@@ -350,6 +380,7 @@ def raised_exception(cls, init: dict) -> str | None:
 PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
                                               probe_traced, probe_causal_work, probe_autograd_function, probe_call,
+                                              probe_padding, probe_padded_generation,
                                               parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
 
