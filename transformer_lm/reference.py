@@ -11,8 +11,9 @@ Conventions, the same as PyTorch's own ``F.scaled_dot_product_attention``:
 * a float ``attn_mask`` is *added* to the scores (``-inf`` blocks, ``0`` keeps);
 * linear weights use ``nn.Linear``'s layout ``(out_features, in_features)``: ``y = x @ W.T + b``.
 
-Where this file is stricter than PyTorch: a query row whose keys are all masked gets zero
-weights and a zero output, never NaN (such rows appear with left padding).
+A query row whose keys are all masked gets zero weights and a zero output, never NaN (such rows
+appear with left padding), as ``F.scaled_dot_product_attention`` of torch 2.13 gives on the CPU;
+a softmax written as ``exp / sum`` gives NaN there.
 """
 
 from __future__ import annotations
