@@ -183,7 +183,8 @@ def assert_graded_as_planned(source_nb: NotebookNode, points: dict[str, int]) ->
     """Each item of ``points`` (its answer cell's grade_id -> points) has its answer cell, then
     its test cell ``<grade_id>_test`` with those points right after, under a markdown heading
     that states them; 10 points in all. Returns the test cells' points by grade_id."""
-    tests = {grade_id(c): c.metadata["nbgrader"]["points"] for c in graded_cells(source_nb, kind="grade")}
+    tests = {grade_id(c): c.metadata["nbgrader"]["points"] for c in graded_cells(source_nb, kind="grade")
+             if c.cell_type == "code"}   # written answers (markdown) are graded by hand
     assert tests == {f"{name}_test": value for name, value in points.items()}
     assert sum(tests.values()) == 10
     for name, value in points.items():

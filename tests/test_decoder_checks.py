@@ -138,3 +138,10 @@ def test_under_rope_positions_counted_from_the_padding_change_no_token():
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
     shifted = mistakes.flawed_padded_inputs(mistakes.BY_NAME["positions_from_padding"].flaws)
     assert reference.generate_padded(model, prompts, 5, inputs=shifted) == reference.generate_padded(model, prompts, 5)
+
+
+def test_a_layer_that_gives_nan_for_a_query_with_no_key_is_caught_and_named():
+    mistake = mistakes.BY_NAME["empty_rows_nan"]
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_grouped_query_attention(with_flaws(mistake.flaws))
+    assert mistake.title in str(failure.value), str(failure.value)

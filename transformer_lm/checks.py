@@ -302,10 +302,12 @@ def check_rope(fn, seed: int = 0) -> Verdict:
 
 def check_grouped_query_attention(cls, seed: int = 0) -> Verdict:
     """Visible check of ``cls(d_model, n_heads, n_kv_heads, rope_base, window)``: multi-query,
-    grouped and multi-head, at positions that do not start at 0, and with a sliding window."""
+    grouped and multi-head, at positions that do not start at 0, with a sliding window, and on a
+    left-padded batch whose pad queries see no key."""
     for check in (GroupedQueryCheck(cls.__name__, 16, 4, 1, 2, 5), GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 6, 3),
                   GroupedQueryCheck(cls.__name__, 12, 3, 3, 1, 4, 9, base=100.0),
-                  GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 7, window=3)):
+                  GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 7, window=3),
+                  GroupedQueryCheck(cls.__name__, 16, 4, 2, 2, 5, padded=(2, 5))):   # pad queries see no key
         verdict = _run(cls.__name__, _seeded(check, seed), {cls.__name__: cls})
     return verdict
 

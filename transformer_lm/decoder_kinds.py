@@ -56,8 +56,10 @@ class RopeCheck:
 class GroupedQueryCheck:
     """The student's ``object(d_model, n_heads, n_kv_heads, rope_base=..., window=...)`` with the
     reference's random weights loaded by name (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``),
-    called as ``forward(x, positions)``: the output and every gradient, naming the mistakes of
-    rotary embeddings, of sharing key/value heads and (with ``window``) of the window."""
+    called as ``forward(x, positions)`` (with ``padded``, ``forward(x, positions, attn_mask)`` for a
+    left-padded batch, whose pad queries see no key): the output and every gradient, naming the
+    mistakes of rotary embeddings, of sharing key/value heads, of rows with no key and (with
+    ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
 
     object: str
     d_model: int
@@ -68,17 +70,24 @@ class GroupedQueryCheck:
     start: int = 0
     base: float = 10000.0
     window: int | None = None
+    padded: tuple[int, ...] = ()   # prompt lengths: a left-padded batch, with its positions and mask
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         module = randomize(reference.GroupedQueryAttention(self.d_model, self.n_heads, self.n_kv_heads,
                                                            rope_base=self.base, window=self.window), generator)
         x = torch.randn(self.batch, self.seq, self.d_model, generator=generator)
         positions = positions_for(self.batch, self.seq, self.start, False)
-        arguments, expected = module_case(module, {"x": x, "positions": positions}, generator)
-        mask = module.causal_mask(self.seq, self.seq)
+        mask, mistakes = module.causal_mask(self.seq, self.seq), catalog.decoder_mistakes("gqa")
+        inputs = {"x": x, "positions": positions}
+        if self.padded:
+            attention_mask = left_padded_batch(self.padded)
+            positions, mask = reference.padded_inputs(attention_mask, attention_mask.shape[-1])
+            inputs = {"x": x, "positions": positions, "attn_mask": mask}
+            mistakes = mistakes + catalog.decoder_mistakes("padded_gqa")
+        arguments, expected = module_case(module, inputs, generator)
         with torch.no_grad():
             candidates = {m: {"output": catalog.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
-                          for m in catalog.decoder_mistakes("gqa")}
+                          for m in mistakes}
             if self.window is not None:
                 for mistake in catalog.decoder_mistakes("window"):
                     wrong = catalog.flawed_sliding_window_mask(self.seq, self.seq, self.window, mistake.flaws)
@@ -194,10 +203,13 @@ class PaddingCheck:
                                     if got is not None and tuple(got.shape) == tuple(r[key].shape)
                                     and torch.equal(got.to(want.dtype), r[key].to(want.dtype))
                                     and not torch.equal(r[key].to(want.dtype), want)), None)
-                    shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-                    detail = f": got {got.tolist()}, expected {want.tolist()}" if values and got is not None else ""
-                    return Verdict("failed", f"{calls}: the {key} are wrong ({shape}, expected shape "
-                                             f"{tuple(want.shape)}){detail}.", mistake)
+                    what = {"positions": "the positions are", "mask": "the mask is"}[key]
+                    if got is None or tuple(got.shape) != tuple(want.shape):
+                        shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                        return Verdict("failed", f"{calls}: {what} {shape}; expected shape {tuple(want.shape)}.")
+                    row = int((got.to(want.dtype) != want).flatten(1).any(dim=-1).nonzero()[0])
+                    detail = f": got {got[row].int().tolist()}, expected {want[row].int().tolist()}" if values else ""
+                    return Verdict("failed", f"{calls}: {what} wrong for prompt {row}{detail}.", mistake)
             return Verdict("passed", "Correct: positions from each prompt's first token, and no query sees padding.")
 
         arguments = {"attention_mask": attention_mask, "query_len": query_len}

@@ -87,6 +87,7 @@ class DecoderFlaws:
     pads_attended: bool = False  # the padding of a left-padded prompt not masked
     positions_from_padding: bool = False  # positions counted from the first pad, not the first real token
     cache_positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+    empty_rows_nan: bool = False  # a query whose every key is masked (a pad) gets NaN, not zeros
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def tiling_mistakes(shows_with: str) -> list[Mistake]:
 
 def decoder_mistakes(shows_with: str) -> list[Mistake]:
     """The catalogued mistakes of today's decoders that show in ``"rope"``, ``"gqa"``,
-    ``"window"``, ``"padding"`` or ``"cache"``."""
+    ``"padded_gqa"`` (a layer given a left-padded batch's mask), ``"window"``, ``"padding"`` or
+    ``"cache"``."""
     return [mistake for mistake in DECODER if shows_with in mistake.shows_with]
 
 
@@ -373,6 +375,13 @@ DECODER: tuple[Mistake, ...] = (
         "A left-padded prompt's first real token is at position 0, as it would be alone: positions = "
         "(attention_mask.cumsum(-1) - 1).clamp(min=0), not torch.arange(T), which counts the pads.",
         DecoderFlaws(positions_from_padding=True), frozenset({"padding"}),
+    ),
+    Mistake(
+        "empty_rows_nan", "a query with every key masked gives NaN",
+        "A pad query of a left-padded batch may look at no key: its scores are all -inf and softmax gives 0 / 0 "
+        "= NaN, which the next layers spread to every token. Find those rows (torch.isneginf(scores).all(-1)), "
+        "give them zero weights, and let their output be 0.",
+        DecoderFlaws(empty_rows_nan=True), frozenset({"padded_gqa"}),
     ),
     Mistake(
         "cache_positions_not_offset_rope", "positions start at 0 again for the tokens after the cache",
@@ -629,7 +638,7 @@ def flawed_padding(attention_mask: torch.Tensor, query_len: int | None, flaws: D
 def flawed_grouped_query_attention(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
                                    attn_mask: torch.Tensor | None, flaws: DecoderFlaws) -> torch.Tensor:
     """The output of ``module`` (the reference's weights) as a student's forward with ``flaws``
-    computes it (rotary embeddings and the sharing of key/value heads)."""
+    computes it (rotary embeddings, the sharing of key/value heads, rows with no key to see)."""
     q = flawed_apply_rope(reference.split_heads(module.q_proj(x), module.n_heads), positions, module.rope_base, flaws)
     k = flawed_apply_rope(reference.split_heads(module.k_proj(x), module.n_kv_heads), positions, module.rope_base,
                           flaws)
@@ -637,9 +646,9 @@ def flawed_grouped_query_attention(module: reference.GroupedQueryAttention, x: t
     repeats = module.n_heads // module.n_kv_heads
     if attn_mask is None:
         attn_mask = reference.causal_mask(x.shape[-2])
-    out = reference.scaled_dot_product_attention(q, flawed_repeat_kv(k, repeats, flaws),
-                                                 flawed_repeat_kv(v, repeats, flaws), attn_mask).output
-    return module.o_proj(reference.merge_heads(out))
+    scores = reference.apply_mask(reference.attention_scores(q, flawed_repeat_kv(k, repeats, flaws)), attn_mask)
+    weights = torch.softmax(scores, dim=-1) if flaws.empty_rows_nan else reference.masked_softmax(scores)
+    return module.o_proj(reference.merge_heads(weights @ flawed_repeat_kv(v, repeats, flaws)))
 
 
 def flawed_cached_outputs(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
