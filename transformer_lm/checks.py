@@ -297,6 +297,17 @@ def check_rope(fn, seed: int = 0) -> Verdict:
     for check in (RopeCheck(fn.__name__, 1, 2, 5, 8), RopeCheck(fn.__name__, 2, 3, 6, 16, start=7),
                   RopeCheck(fn.__name__, 3, 2, 4, 8, start=2, per_sequence=True, base=500000.0)):
         verdict = _run(fn.__name__, _seeded(check, seed), {fn.__name__: fn})
+    # The property rotary embeddings exist for, shown on the student's own function (the values
+    # above already imply it; the tolerance is loose so that it never refuses what they passed).
+    q, k = torch.randn(2, 1, 1, 1, 16, generator=torch.Generator().manual_seed(seed)).unbind(0)
+    pairs = ((3, 0), (53, 50), (303, 300))
+    scores = [float((call_student(fn.__name__, fn, q, torch.tensor([m])) *
+                     call_student(fn.__name__, fn, k, torch.tensor([n]))).sum()) for m, n in pairs]
+    if max(scores) - min(scores) > 1e-2 * float(q.norm() * k.norm()):
+        raise CheckFailed(f"{fn.__name__}: a query at m and a key at n score {scores} at {list(pairs)}: the score "
+                          "must depend on m - n only.")
+    print(f"{fn.__name__}: a query at m and a key at n = m - 3 score {scores[0]:+.5f} at m = 3, 53 and 303: "
+          "the score depends on m - n only.")
     return verdict
 
 
