@@ -80,6 +80,16 @@ def replace_solution(nb: NotebookNode, grade_id_: str, source: str) -> NotebookN
     return nb
 
 
+def answer_cell(source_nb: NotebookNode, grade_id_: str, *replacements: tuple[str, str]) -> str:
+    """The source of answer cell ``grade_id_``, each ``(old, new)`` of ``replacements`` made (each
+    ``old`` occurs exactly once): a student's answer with one mistake or another way of writing it."""
+    text = cell_by_grade_id(source_nb, grade_id_).source
+    for old, new in replacements:
+        assert text.count(old) == 1, f"{old!r} is not in the answer {grade_id_} exactly once"
+        text = text.replace(old, new)
+    return text
+
+
 def replace_solutions(nb, answers: dict[str, str]) -> NotebookNode:
     """A copy of ``nb`` (a notebook or its path) with answer cells replaced, grade_id -> source,
     as a student would fill them."""

@@ -196,11 +196,7 @@ FIRST_BLOCK = "context = idx[:, :model.config.block_size]"   # the first block_s
 
 def answer(source_nb, grade_id: str, old: str | None = None, new: str | None = None) -> str:
     """The source's answer cell ``grade_id``, with ``old`` replaced by ``new`` (exactly once)."""
-    text = tools.cell_by_grade_id(source_nb, grade_id).source
-    if old is None:
-        return text
-    assert text.count(old) == 1, f"{old!r} is not in the answer {grade_id} exactly once"
-    return text.replace(old, new)
+    return tools.answer_cell(source_nb, grade_id, *([(old, new)] if old is not None else []))
 
 
 def release_with(answers: dict[str, str]):
