@@ -6,9 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo env system-packages browser-packages release clean
+PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
 
-test: $(STAMP) system-packages browser-packages
+.PHONY: test demo env system-packages browser-packages hub-packages release clean
+
+test: $(STAMP) system-packages browser-packages hub-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) system-packages
@@ -49,6 +51,14 @@ browser-packages:
 	  echo "chromium is missing. Install it with: sudo apt-get install chromium chromium-driver"; \
 	  echo "(Until then the browser test, tests/test_browser.py, is skipped.)"; \
 	fi
+
+# JupyterHub's proxy, from npm, for the grading service's tests (tests/test_service_hub.py), into
+# the environment's folder; pinned here, since npm has no requirements.txt.
+hub-packages: $(PROXY)
+
+$(PROXY):
+	@command -v npm >/dev/null 2>&1 || { echo "npm is missing (JupyterHub's proxy comes from npm). Install it with: sudo apt-get install npm"; exit 1; }
+	npm install --silent --no-save --no-package-lock --no-audit --no-fund --prefix $(VENV)/node configurable-http-proxy@5.3.0
 
 # Regenerate the student notebooks in release/ from source/ (never edit release/ by hand).
 release: $(STAMP)

@@ -10,6 +10,7 @@
     autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
+    autograder serve                                                students' checks before the deadline (a JupyterHub service)
 
 Run ``grade``, ``merge``, ``feedback`` and ``report`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.
@@ -187,6 +188,18 @@ def k8s_command(args) -> int:
     return 0
 
 
+def serve_command(args) -> int:
+    from autograder.errors import GradingError
+    from autograder.grading import Course
+    from autograder.service import web
+
+    course = Course(Path(args.course).resolve())  # a folder without nbgrader_config.py is refused here
+    if not (course.root / "release").is_dir():
+        raise GradingError(f"{course.root} has no release/ folder: students can only check released assignments.")
+    web.serve(course.root)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand (the container and the Kubernetes Jobs use it too)."""
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.split("\n\n")[0])
@@ -254,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--part", choices=("grade", "merge"), default="grade",
                    help="the Job that grades the shards, or the one that merges them once they are complete")
     p.set_defaults(run=k8s_command)
+
+    p = sub.add_parser("serve", help="the JupyterHub service that grades students' checks before the deadline")
+    course_options(p, sandboxed=False)
+    p.set_defaults(run=serve_command)
 
     return parser
 

@@ -1,0 +1,105 @@
+"""A worker process of the grading service: claims requests and grades them in a warm sandbox.
+
+Each request is graded as ``autograder grade`` grades a submitted notebook (preflight, a run in
+the sandbox, the trusted comparison: :func:`autograder.grading.grade_notebook`), with a sandbox
+that stays warm between requests. The result goes into the store; nothing goes into the
+gradebook, since a check is not a submission. A grader error (never a student's mistake, which
+grading turns into an item's status) gives the request back to the queue and starts a fresh
+sandbox. The process dies with the service that started it (``PR_SET_PDEATHSIG``), so that a
+restarted service never shares its requests with a worker of its former life.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder import grading, pipeline, runner
+from autograder.grading import Assignment, Course
+from autograder.service.policy import Policies
+from autograder.service.store import Request, Store
+
+PR_SET_PDEATHSIG = 1
+IDLE_POLL_S = 0.2
+
+
+def die_with_parent(parent: int) -> None:
+    """Asks Linux to kill this process when its parent dies; exits at once if it already has."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(0)
+
+
+class Assignments:
+    """Each assignment's prepared checks, loaded again when its hidden checks or release change."""
+
+    def __init__(self, course: Course):
+        self.course, self.loaded = course, {}
+
+    def get(self, name: str) -> Assignment:
+        loaded = self.loaded.get(name)
+        if loaded is None or loaded.checks_version != grading.checks_version(self.course, name):
+            loaded = self.loaded[name] = Assignment.load(self.course, name)
+        return loaded
+
+
+def grade_request(assignments: Assignments, request: Request, sandbox: runner.Worker) -> dict:
+    """The result of one request: its notebook's items as the feedback pages hold them, and the
+    notes preflight made (a repaired cell id, a flagged pattern)."""
+    assignment = assignments.get(request.assignment)
+    with tempfile.TemporaryDirectory(prefix="check-") as folder:
+        path = Path(folder) / f"{request.notebook}.ipynb"
+        path.write_bytes(request.content or b"")
+        items, pre = grading.grade_notebook(assignment, request.notebook, path, sandbox)
+    return {"score": sum(i.score for i in items), "max_score": sum(i.max_score for i in items),
+            "items": [asdict(i) for i in items], "notes": list(pre.flags), "checks_version": assignment.checks_version}
+
+
+def work(root: Path, name: str) -> None:
+    """Grades requests until the process is killed."""
+    course = Course(root)
+    policies = Policies(root)
+    store = Store(policies.database)
+    isolation = pipeline.isolation_for(course)
+    assignments = Assignments(course)
+    sandbox = runner.Worker(grading.run_settings(course.settings), isolation)
+    try:
+        while True:
+            request = store.claim(name)
+            if request is None:
+                time.sleep(IDLE_POLL_S)
+                continue
+            try:
+                result = grade_request(assignments, request, sandbox)
+            except Exception as error:  # noqa: BLE001 - a grader error costs only this request
+                traceback.print_exc()
+                policies.load()
+                store.give_back({name}, policies.settings.max_attempts, f"{type(error).__name__}: {error}")
+                sandbox.close()
+                sandbox = runner.Worker(grading.run_settings(course.settings), isolation)
+                continue
+            store.finish(request, name, result)
+    finally:
+        sandbox.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A worker of `autograder serve` (started by it).")
+    parser.add_argument("--course", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent)
+    work(Path(args.course), args.name)
+
+
+if __name__ == "__main__":
+    main()
