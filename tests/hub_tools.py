@@ -3,7 +3,7 @@
 The Hub runs with configurable-http-proxy from npm (``make hub-packages``), the dummy
 authenticator (any password), the simple local spawner (each user's JupyterLab server a process
 of this machine, at home folders under the test's folder) and the grading service configured by
-the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Two
+the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Five
 students and an admin. A test service ``tester`` holds a token that may create users' tokens.
 """
 
@@ -28,7 +28,7 @@ from autograder.grading import Course
 
 PROXY = tools.REPO_ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 HUB_CONFIG = tools.REPO_ROOT / "docs" / "jupyterhub_config.py"
-STUDENTS, ADMIN = ("alice", "bob"), "teacher"
+STUDENTS, ADMIN = ("alice", "bob", "carol", "dan", "erin"), "teacher"
 START_S = 90
 
 

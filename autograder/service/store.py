@@ -10,11 +10,14 @@ claims it, so a service that restarts finds its waiting requests where they were
 Only ``queued``, ``running`` and ``done`` requests count against a student's limits: a request the
 service could not answer costs the student nothing.
 
-Fairness: waiting requests are served in rounds. A student's first waiting request goes before
-anyone's second (a request being graded counts as that student's first), and within a round
-they go in the order they came. Every write that decides something (a limit, a claim) happens
-in one ``BEGIN IMMEDIATE`` transaction, so two processes never both take the last check or the
-same request.
+Fairness (start-time fair queuing): each request gets a round when it comes. A student with
+nothing waiting joins the round being served now; their next request goes one round after their
+last one still waiting or being graded. Workers take the lowest round first, and within a round
+the order requests came in. So a student's first waiting request goes before anyone's second,
+a request's place only improves except when a student with nothing waiting comes in ahead, and
+a request given back after a crash keeps its round, at the front. Every write that decides
+something (a limit, a round, a claim) happens in one ``BEGIN IMMEDIATE`` transaction, so two
+processes never both take the last check or the same request.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import json
 import secrets
 import sqlite3
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +48,7 @@ CREATE TABLE IF NOT EXISTS requests (
     started REAL,
     finished REAL,
     state TEXT NOT NULL,
+    round INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     worker TEXT,
     score REAL,
@@ -54,7 +57,9 @@ CREATE TABLE IF NOT EXISTS requests (
     message TEXT NOT NULL DEFAULT '',
     content BLOB
 );
-CREATE INDEX IF NOT EXISTS requests_by_state ON requests (state, seq);
+CREATE INDEX IF NOT EXISTS requests_by_state ON requests (state, round, seq);
+CREATE TABLE IF NOT EXISTS served (id INTEGER PRIMARY KEY CHECK (id = 0), round INTEGER NOT NULL);
+INSERT OR IGNORE INTO served VALUES (0, 0);
 CREATE INDEX IF NOT EXISTS requests_by_user ON requests (user, assignment, submitted);
 """
 
@@ -74,6 +79,7 @@ class Request:
     started: float | None
     finished: float | None
     state: str
+    round: int
     attempts: int
     worker: str | None
     score: float | None
@@ -96,15 +102,9 @@ class Request:
 COLUMNS = [name for name in Request.__dataclass_fields__ if name != "content"]
 
 
-def fair_order(queued: list[Request], busy: Counter) -> list[Request]:
-    """``queued`` (in the order they came) in the order workers take them; ``busy`` counts each
-    student's requests being graded now."""
-    rounds = Counter(busy)
-    keyed = []
-    for request in sorted(queued, key=lambda r: r.seq):
-        keyed.append((rounds[request.user], request.seq, request))
-        rounds[request.user] += 1
-    return [request for _, _, request in sorted(keyed, key=lambda k: (k[0], k[1]))]
+def fair_order(queued: list[Request]) -> list[Request]:
+    """``queued`` in the order workers take them: by round, then as they came."""
+    return sorted(queued, key=lambda r: (r.round, r.seq))
 
 
 class Store:
@@ -141,10 +141,19 @@ class Store:
                 message: str, content: bytes | None, now: float) -> Request:
         request_id = secrets.token_urlsafe(12)
         self.db.execute("INSERT INTO requests (id, user, assignment, notebook, filename, size, submitted, state, "
-                        "message, content, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (request_id, user, assignment, notebook, filename, size, now, state, message, content,
+                        "round, message, content, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (request_id, user, assignment, notebook, filename, size, now, state,
+                         self._round_for(user) if state == "queued" else 0, message, content,
                          None if state == "queued" else now))
         return self.get(request_id)
+
+    def _round_for(self, user: str) -> int:
+        """The round of a new request of ``user``: the one served now, or the one after their last waiting."""
+        (served,) = self.db.execute("SELECT round FROM served").fetchone()
+        marks = ", ".join("?" * len(WAITING))
+        (last,) = self.db.execute(f"SELECT MAX(round) FROM requests WHERE user = ? AND state IN ({marks})",
+                                  (user, *WAITING)).fetchone()
+        return served if last is None else max(served, last + 1)
 
     # -- what a student does
 
@@ -207,11 +216,9 @@ class Store:
         """A waiting request's place in the queue (1: next), or None when it is not waiting."""
         if request.state != "queued":
             return None
-        order = fair_order(self._select("state = 'queued'"), self._busy())
-        return next((i + 1 for i, r in enumerate(order) if r.seq == request.seq), None)
-
-    def _busy(self) -> Counter:
-        return Counter(user for (user,) in self.db.execute("SELECT user FROM requests WHERE state = 'running'"))
+        (ahead,) = self.db.execute("SELECT COUNT(*) FROM requests WHERE state = 'queued' AND (round < ? OR "
+                                   "(round = ? AND seq < ?))", (request.round, request.round, request.seq)).fetchone()
+        return ahead + 1
 
     # -- what workers and the supervisor do
 
@@ -219,12 +226,13 @@ class Store:
         """The next request in fair order, now ``running`` under ``worker``, with its notebook."""
         now = time.time() if now is None else now
         with self.transaction():
-            order = fair_order(self._select("state = 'queued'"), self._busy())
+            order = fair_order(self._select("state = 'queued'"))
             if not order:
                 return None
             seq = order[0].seq
             self.db.execute("UPDATE requests SET state = 'running', worker = ?, started = ?, attempts = attempts + 1 "
                             "WHERE seq = ?", (worker, now, seq))
+            self.db.execute("UPDATE served SET round = MAX(round, ?)", (order[0].round,))
             return self._select("seq = ?", (seq,), content=True)[0]
 
     def finish(self, request: Request, worker: str, result: dict) -> bool:

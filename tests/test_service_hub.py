@@ -1,0 +1,247 @@
+"""The grading service in a real JupyterHub: security, a class checking at once, crashes, restarts.
+
+One Hub serves the whole module (:mod:`hub_tools`: configurable-http-proxy from npm, dummy logins,
+local spawner, the README's service lines). Students send assignment 06's notebook as their
+JupyterLab server does (a Hub token) or from a browser session (the Hub's OAuth cookie). Each
+test sets the policy it needs by rewriting the course's ``nbgrader_config.py``, which the service
+reads again when it changes. The browser's side is in ``tests/test_service_browser.py``.
+
+Artefacts in ``artifacts/service/``: the Hub's log and ``load.json`` (the load test's times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+import hub_tools
+import notebook_tools as tools
+from autograder import sandbox
+
+A, NB = "06_modern_attention", "modern_attention.ipynb"
+ARTIFACTS = tools.REPO_ROOT / "artifacts" / "service"
+SOLUTION = json.loads((tools.REPO_ROOT / "source" / A / NB).read_text())
+RELEASE = json.loads((tools.REPO_ROOT / "release" / A / NB).read_text())
+ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
+
+
+def settings(**policy) -> str:
+    policy = {"open": True, "per_hour": 100, "in_all": 1000, "show": "hint", **policy}
+    return (f"c.CheckService.assignments = {{{A!r}: {policy!r}}}\nc.CheckService.workers = 2\n"
+            f"c.CheckService.max_waiting = 20\nc.CheckService.max_notebook_mb = 1\n")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    folder = tmp_path_factory.mktemp("hub")
+    course = hub_tools.make_course(folder / "course", A, settings())
+    running = hub_tools.start_hub(folder / "hub", course)
+    try:
+        yield running
+    finally:
+        hub_tools.stop_hub(running)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "jupyterhub.log").write_text(running.log.read_text())
+
+
+def set_policy(hub, **policy) -> None:
+    config = hub.course / "nbgrader_config.py"
+    text = config.read_text()
+    config.write_text(text[:text.index("c.CheckService.assignments")] + settings(**policy))
+
+
+def with_answer(grade_id: str, source: str, notebook=None) -> dict:
+    notebook = json.loads(json.dumps(notebook or RELEASE))
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id:
+            cell["source"] = source
+    return notebook
+
+
+def answer_of(grade_id: str) -> str:
+    return next("".join(c["source"]) for c in SOLUTION["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def send(hub, token: str, notebook, filename: str = NB) -> requests.Response:
+    return requests.post(f"{hub.service}api/requests", json={"filename": filename, "notebook": notebook},
+                         headers={"Authorization": f"token {token}"}, timeout=60)
+
+
+def answered(hub, token: str, request_id: str, seconds: float = ANSWER_S) -> dict:
+    """The request once it is answered (no longer queued or running)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            view = requests.get(f"{hub.service}api/requests/{request_id}", timeout=60,
+                                headers={"Authorization": f"token {token}"}).json()
+        except (requests.RequestException, ValueError):  # the service is restarting: the proxy answers 503
+            view = {"state": "unreachable"}
+        if view["state"] not in ("queued", "running", "unreachable") or time.monotonic() > deadline:
+            return view
+        time.sleep(0.2)
+
+
+def rows(hub) -> list[dict]:
+    """Every request as the course's SQLite file holds it (what the instructor's admin page shows)."""
+    with sqlite3.connect(hub.course / "check_requests.db") as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute("SELECT seq, id, user, state, attempts, worker, submitted, started, "
+                                            "finished, message, score FROM requests ORDER BY seq")]
+
+
+def login(hub, user: str) -> requests.Session:
+    """A browser-like session of ``user``, logged in to the Hub and to the service (OAuth)."""
+    session = requests.Session()
+    page = session.get(hub.service, timeout=60)  # the service sends a stranger to the Hub's login
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+    done = session.post(page.url, data={"username": user, "password": "any", "_xsrf": xsrf}, timeout=60)
+    assert done.url == hub.service and done.status_code == 200, (done.url, done.status_code)
+    return session
+
+
+def test_a_student_sees_only_their_own_requests_and_the_admin_sees_all(hub):
+    alice, bob = hub.token_for("alice"), hub.token_for("bob")
+    sent = send(hub, alice, SOLUTION)
+    assert sent.status_code == 202, sent.text
+    mine = answered(hub, alice, sent.json()["id"])
+    assert (mine["state"], mine["score"], mine["max_score"]) == ("done", 10, 10)
+    others = requests.get(f"{hub.service}api/requests/{mine['id']}", headers={"Authorization": f"token {bob}"},
+                          timeout=60)
+    assert others.status_code == 404 and "No such check request of yours" in others.json()["message"]
+    assert requests.get(f"{hub.service}api/requests/{'x' * 16}", headers={"Authorization": f"token {alice}"},
+                        timeout=60).status_code == 404
+
+    browser_bob = login(hub, "bob")
+    assert browser_bob.get(f"{hub.service}requests/{mine['id']}", timeout=60).status_code == 404
+    assert mine["id"] not in browser_bob.get(hub.service, timeout=60).text
+    assert browser_bob.get(f"{hub.service}admin", timeout=60).status_code == 403
+    teacher = login(hub, hub_tools.ADMIN)
+    admin_page = teacher.get(f"{hub.service}admin", timeout=60)
+    assert admin_page.status_code == 200 and "alice" in admin_page.text and "10 / 10" in admin_page.text
+    assert teacher.get(f"{hub.service}requests/{mine['id']}", timeout=60).status_code == 200
+    # Without the Hub's word, nothing: no token, or a made-up one.
+    assert requests.get(f"{hub.service}api/requests/{mine['id']}", timeout=60, allow_redirects=False).status_code \
+        in (302, 403)
+    assert send(hub, "0" * 32, SOLUTION).status_code == 403
+
+
+def test_a_browsers_post_needs_the_hubs_xsrf_token(hub):
+    session = login(hub, "alice")
+    upload = {"notebook": (NB, json.dumps(SOLUTION).encode(), "application/json")}
+    refused = session.post(f"{hub.service}api/requests", files=upload, timeout=60, allow_redirects=False)
+    assert refused.status_code == 403
+    home = session.get(hub.service, timeout=60).text
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', home).group(1)
+    taken = session.post(f"{hub.service}api/requests", files=upload, data={"_xsrf": xsrf}, timeout=60,
+                         allow_redirects=False)
+    assert taken.status_code == 303 and "/requests/" in taken.headers["Location"]
+    request_id = taken.headers["Location"].rsplit("/", 1)[1]
+    assert answered(hub, hub.token_for("alice"), request_id)["score"] == 10
+
+
+def test_a_notebook_too_large_or_not_a_notebook_gets_a_clear_answer(hub):
+    token, before = hub.token_for("alice"), len(rows(hub))
+    big = with_answer("apply_rope", "x = 1  # " + "y" * (2 * 2**20))
+    too_large = send(hub, token, big)
+    assert too_large.status_code == 413 and "checks take notebooks up to 1 MiB" in too_large.json()["message"]
+    not_json = send(hub, token, "{ this is not JSON")
+    assert not_json.status_code == 400 and "not a notebook the grader can read" in not_json.json()["message"]
+    foreign = send(hub, token, {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, "essay.ipynb")
+    assert foreign.status_code == 400 and "not a notebook of this course's assignments" in foreign.json()["message"]
+    garbled = requests.post(f"{hub.service}api/requests", data=b"\x00\x01", timeout=60,
+                            headers={"Authorization": f"token {token}"})
+    assert garbled.status_code == 400 and "Send JSON" in garbled.json()["message"]
+    # Renamed, it is still recognised by its graded cells; refused ones were recorded, costing nothing.
+    renamed = send(hub, token, SOLUTION, "my copy (2).ipynb")
+    assert renamed.status_code == 202 and renamed.json()["assignment"] == A
+    recorded = rows(hub)[before:]
+    assert [r["state"] for r in recorded[:3]] == ["refused"] * 3 and len(recorded) == 4
+    assert answered(hub, token, renamed.json()["id"])["score"] == 10
+
+
+def test_sixty_requests_from_three_students_at_once(hub):
+    """Every request is answered; the hour's limit holds exactly; the times go to the closing note."""
+    set_policy(hub, per_hour=5)
+    users = ("carol", "dan", "erin")
+    tokens = {user: hub.token_for(user) for user in users}
+
+    def one(user):
+        started = time.monotonic()
+        sent = send(hub, tokens[user], SOLUTION)
+        view = answered(hub, tokens[user], sent.json()["id"])
+        return user, sent.status_code, view, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=60) as pool:
+        results = list(pool.map(one, [user for user in users for _ in range(20)]))
+    for user in users:
+        mine = [r for r in results if r[0] == user]
+        graded = [view for _, code, view, _ in mine if code == 202]
+        refused = [view for _, code, view, _ in mine if code == 429]
+        assert len(graded) == 5 and len(refused) == 15, [(code, view["state"]) for _, code, view, _ in mine]
+        assert all(view["state"] == "done" and view["score"] == 10 for view in graded)
+        assert all("5 checks of the last hour" in view["message"] for view in refused)
+    times = sorted(seconds for *_, seconds in results)
+    graded_times = sorted(seconds for _, code, _, seconds in results if code == 202)
+    summary = {"requests": len(results), "graded": len(graded_times),
+               "median_s": statistics.median(times), "p95_s": times[int(0.95 * len(times)) - 1],
+               "graded_median_s": statistics.median(graded_times),
+               "graded_p95_s": graded_times[int(0.95 * len(graded_times)) - 1], "workers": 2}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "load.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\nLoad: {json.dumps(summary)}")
+
+
+def slow(seconds: float) -> dict:
+    """The solution, with an answer cell that takes ``seconds`` to run: a request that stays
+    in a worker long enough to be caught there."""
+    return with_answer("apply_rope", f"import time\ntime.sleep({seconds})\n" + answer_of("apply_rope"), SOLUTION)
+
+
+def test_a_crashed_worker_costs_only_its_request_which_is_retried(hub):
+    set_policy(hub)
+    alice, bob = hub.token_for("alice"), hub.token_for("bob")
+    victim = send(hub, alice, slow(6)).json()
+    deadline = time.monotonic() + ANSWER_S
+    while (row := next(r for r in rows(hub) if r["id"] == victim["id"]))["state"] != "running":
+        assert time.monotonic() < deadline and row["state"] == "queued", row
+        time.sleep(0.1)
+    bystander = send(hub, bob, SOLUTION).json()
+    pids = subprocess.run(["pgrep", "-f", f"name {row['worker']} --parent"], capture_output=True, text=True).stdout.split()
+    assert len(pids) == 1, pids
+    os.kill(int(pids[0]), signal.SIGKILL)
+    retried, other = answered(hub, alice, victim["id"]), answered(hub, bob, bystander["id"])
+    assert (retried["state"], retried["score"]) == ("done", 10) and (other["state"], other["score"]) == ("done", 10)
+    attempts = {r["id"]: r["attempts"] for r in rows(hub)}
+    assert (attempts[victim["id"]], attempts[bystander["id"]]) == (2, 1)
+
+
+def test_requests_waiting_when_the_service_is_killed_are_answered_after_it_comes_back(hub):
+    set_policy(hub)
+    tokens = {user: hub.token_for(user) for user in ("alice", "bob", "carol")}
+    sent = [(user, send(hub, token, slow(2)).json()["id"]) for user, token in tokens.items() for _ in range(2)]
+    before = {r["id"]: r["state"] for r in rows(hub)}
+    assert sum(before[i] == "queued" for _, i in sent) >= 3  # two workers: most of them wait
+    service = hub.service_pid()
+    workers = subprocess.run(["pgrep", "-P", str(service)], capture_output=True, text=True).stdout.split()
+    os.kill(service, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers):  # the workers die with the service
+        assert time.monotonic() < deadline, "workers outlived the service"
+        time.sleep(0.1)
+    # The Hub polls its services (every 30 s) and starts a dead one again.
+    views = [answered(hub, tokens[user], request_id, seconds=ANSWER_S + 60) for user, request_id in sent]
+    assert [(v["state"], v["score"]) for v in views] == [("done", 10)] * 6
+    assert hub.service_pid() != service
