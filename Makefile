@@ -19,12 +19,17 @@ demo: $(STAMP) system-packages
 env: $(STAMP)
 
 # The virtual environment is rebuilt whenever the pinned requirements change.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml jupyter-config/transformer_lm.json jupyter-config/overrides.json
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
 	  { echo "Python 3.11 is needed (torch==2.13.0 is pinned for it). Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@# An editable install leaves out the package's Jupyter config (the server extension of "Check with
+	@# the grader", transformer_lm/grader_check.py); a wheel installs it at the same place.
+	install -D -m 644 jupyter-config/transformer_lm.json $(VENV)/etc/jupyter/jupyter_server_config.d/transformer_lm.json
+	@# The notebook toolbar's "Check with the grader" button (JupyterLab's settings overrides).
+	install -D -m 644 jupyter-config/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 # bubblewrap is the grader's sandbox. Installed when we may (root with apt-get);

@@ -124,6 +124,9 @@ def start_hub(folder: Path, course: Path) -> Hub:
     settings = jupyter / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no network: no news toast
+    tracker = jupyter / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text('{"windowingMode": "none"}')  # every cell in the page, where the test can find it
     for user in (*STUDENTS, ADMIN):
         (folder / "homes" / user).mkdir(parents=True, exist_ok=True)
     test_lines = f"""

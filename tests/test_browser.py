@@ -31,10 +31,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import browser_tools
 import notebook_tools as tools
 
-CHROMIUM = Path("/usr/bin/chromium")
-INSTALL = "apt-get install -y chromium chromium-driver"
 ARTIFACTS = tools.REPO_ROOT / "artifacts" / "browser"
 ASSIGNMENT = "01_attention_basics"
 NOTEBOOK = "attention_basics.ipynb"
@@ -48,18 +47,6 @@ VALIDATE_SUCCESS = "Success! Your notebook passes all the tests."  # nbgrader 0.
 # JupyterLab on a shared 2-core machine: generous waits, each still far below CI's limit.
 SERVER_START_S = 60
 UI_S = 60
-
-
-def _chromium_or_skip() -> Path:
-    """Chromium's path; a skip only where it cannot be installed, a failure where it could."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    can_install = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")
-    if not can_install:
-        pytest.skip(f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get): "
-                    f"run `sudo {INSTALL}` to enable the browser test")
-    pytest.fail(f"{CHROMIUM} is missing although this machine could install it: run `make browser-packages` "
-                f"(or `{INSTALL}`); `make test` does it by itself")
 
 
 def _free_port() -> int:
@@ -147,21 +134,11 @@ def lab(tmp_path):
 
 @pytest.fixture
 def page():
-    """A page of headless Chromium, driven by Playwright. ``--no-sandbox`` because CI runs
-    as root, where Chromium's own sandbox refuses to start; the page only visits localhost."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = _chromium_or_skip()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(chromium), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                          "--disable-background-networking", "--no-first-run"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(UI_S * 1000)
-            yield page
-        finally:
-            browser.close()
+    """A page of headless Chromium (:func:`browser_tools.chromium`)."""
+    with browser_tools.chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(UI_S * 1000)
+        yield page
 
 
 def _menu(page, menu: str, item: str) -> None:

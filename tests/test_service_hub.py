@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+import browser_tools
 import hub_tools
 import notebook_tools as tools
 from autograder import sandbox
@@ -245,3 +246,75 @@ def test_requests_waiting_when_the_service_is_killed_are_answered_after_it_comes
     views = [answered(hub, tokens[user], request_id, seconds=ANSWER_S + 60) for user, request_id in sent]
     assert [(v["state"], v["score"]) for v in views] == [("done", 10)] * 6
     assert hub.service_pid() != service
+
+
+WINDOW_OFF_BY_ONE = '''def sliding_window_mask(query_len, key_len, window):
+    query_index = torch.arange(key_len - query_len, key_len).unsqueeze(-1)
+    key_index = torch.arange(key_len)
+    return (key_index <= query_index) & (key_index > query_index - window - 1)
+'''
+
+
+def log_in(page, hub, user: str) -> None:
+    """The Hub's login form, as a student fills it in (the dummy authenticator takes any password)."""
+    page.locator("#username_input").fill(user)
+    page.locator("#password_input").fill("any")
+    page.locator("#login_submit").click()
+
+
+def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub):
+    """alice has written apply_rope earlier; in JupyterLab she writes sliding_window_mask with the
+    window one key too wide and checks it from the File menu: apply_rope passes, the window fails
+    with its mistake named. bob cannot open her result."""
+    set_policy(hub)
+    folder = hub.home("alice") / A
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / NB).write_text(json.dumps(with_answer("apply_rope", answer_of("apply_rope")), indent=1))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with browser_tools.chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(120_000)  # the Hub starts alice's JupyterLab on a busy machine
+        try:
+            page.goto(f"{hub.url}/hub/login")
+            log_in(page, hub, "alice")
+            page.wait_for_url("**/user/alice/lab**")
+            page.goto(f"{hub.url}/user/alice/lab/tree/{A}/{NB}")
+            cell = page.locator(".jp-Cell", has_text="def sliding_window_mask")
+            cell.locator(".cm-content").click()
+            page.keyboard.press("Control+a")
+            page.keyboard.insert_text(WINDOW_OFF_BY_ONE)
+            with page.context.expect_page() as opened:  # the toolbar's button saves, then opens the check
+                page.locator(".jp-NotebookPanel-toolbar").get_by_text("Check with the grader", exact=True).click()
+            result = opened.value
+            failed = result.locator("#item-sliding_window_mask.failed")
+            failed.wait_for()  # the page reloads itself until the answer is there
+            assert "Mistake: the sliding window off by one." in failed.inner_text()
+            assert result.locator("#item-apply_rope.passed").count() == 1
+            assert "Not written yet" in result.locator("#item-kv_cache_bytes.failed").inner_text()
+            assert "query_len=" not in result.content()  # the check's hidden sizes stay hidden
+            result.screenshot(path=ARTIFACTS / "check.png", full_page=True)
+            mine = result.url
+            assert "/services/autograder/requests/" in mine
+        except BaseException:
+            for number, shown in enumerate(page.context.pages):
+                shown.screenshot(path=ARTIFACTS / f"failure-{number}.png")
+            raise
+    saved = json.loads((folder / NB).read_text())  # the button saved the notebook before it was checked
+    window = next(c for c in saved["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "sliding_window_mask")
+    assert "".join(window["source"]).strip() == WINDOW_OFF_BY_ONE.strip()
+
+    with browser_tools.chromium() as browser:
+        page = browser.new_page()
+        page.goto(hub.service)
+        log_in(page, hub, "bob")
+        page.wait_for_url(hub.service)
+        assert mine.rsplit("/", 1)[1] not in page.content()
+        refused = page.goto(mine)
+        assert refused.status == 404 and "No such check request of yours" in page.content()
+
+
+def test_the_readme_gives_the_hub_lines_the_tests_run():
+    """The README shows the lines of docs/jupyterhub_config.py after its two comment lines."""
+    readme = (tools.REPO_ROOT / "README.md").read_text()
+    lines = hub_tools.HUB_CONFIG.read_text().split("\n", 2)[2]
+    assert f"```python\n{lines}```" in readme

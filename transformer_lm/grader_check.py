@@ -1,10 +1,16 @@
-"""*Check with the grader*, in JupyterLab's menu File > Save and Export Notebook As.
+"""*Check with the grader*: JupyterLab sends the notebook a student works on to the grading service.
 
-An nbconvert exporter (the entry point ``check_with_grader`` of ``nbconvert.exporters``).
-JupyterLab saves the notebook, then asks the student's own Jupyter server to export it in a new
-tab; this exporter sends the notebook to the course's grading service (``autograder serve``) as
-the student, with the server's JupyterHub token, and answers with a page that takes the student
-to the check's result, which the service's page shows as it comes.
+Two small pieces, with no JavaScript to build:
+
+- an nbconvert exporter, ``check_with_grader`` (an entry point of ``nbconvert.exporters``), so
+  that JupyterLab lists it under File > Save and Export Notebook As (as *Check_with_grader*) and
+  a toolbar button can name it (see the README); JupyterLab saves the notebook, then opens
+  ``nbconvert/check_with_grader/<path>`` of the student's own Jupyter server in a new tab;
+- a Jupyter server extension (enabled by ``jupyter-config/transformer_lm.json``, which installing
+  the package puts in place) whose handler answers that address: it sends the saved notebook to
+  the course's grading service (``autograder serve``) as the student, with the server's JupyterHub
+  token, and redirects the tab to the check's page, which shows the result as it comes. (Left to
+  nbconvert, the page would arrive as a download.)
 
 The service's address, as the student's server reaches it, is in the environment variable
 ``COURSE_CHECK_URL`` (the Hub's ``c.Spawner.environment``; see the README). Nothing here grades:
@@ -19,9 +25,13 @@ import os
 import urllib.error
 import urllib.request
 
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
 from nbconvert.exporters import Exporter
+from tornado import web
 
 SERVICE_URL = "COURSE_CHECK_URL"
+FORMAT = "check_with_grader"
 TIMEOUT_S = 30
 
 
@@ -37,38 +47,67 @@ class CheckExporter(Exporter):
     def from_notebook_node(self, nb, resources=None, **kw):
         nb_copy, resources = super().from_notebook_node(nb, resources, **kw)
         filename = resources.get("metadata", {}).get("name", "notebook") + ".ipynb"
-        return send(nb_copy, filename), resources
+        return answer_page(send(nb_copy, filename), filename), resources
 
 
-def send(notebook, filename: str) -> str:
-    """Sends ``notebook`` and returns the page the student sees next."""
+class CheckHandler(JupyterHandler):
+    """``GET nbconvert/check_with_grader/<path>``: sends the saved notebook, then shows its check."""
+
+    @web.authenticated
+    async def get(self, path: str) -> None:
+        self.check_xsrf_cookie()  # as nbconvert's own handler: no other site may spend a student's checks
+        model = await self.contents_manager.get(path=path.strip("/"), content=True, type="notebook")
+        answer = send(model["content"], model["name"])
+        if answer.get("url"):
+            return self.redirect(answer["url"])
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(answer_page(answer, model["name"]))
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "transformer_lm.grader_check"}]
+
+
+def _load_jupyter_server_extension(server_app) -> None:
+    web_app = server_app.web_app
+    pattern = url_path_join(web_app.settings["base_url"], rf"nbconvert/{FORMAT}/(.+\.ipynb)")
+    web_app.add_handlers(".*$", [(pattern, CheckHandler)])  # ahead of nbconvert's own handler
+
+
+def send(notebook, filename: str) -> dict:
+    """Sends ``notebook``; returns the service's answer (with the check's ``url`` when it was
+    recorded), or ``{"title", "message"}`` when it never reached the service."""
     base, token = os.environ.get(SERVICE_URL), os.environ.get("JUPYTERHUB_API_TOKEN")
     if not base or not token:
-        return page("Checks are not set up here",
-                    f"This Jupyter server is not connected to the course's grading service ({SERVICE_URL} or "
-                    "JUPYTERHUB_API_TOKEN is not set). Ask your instructor; meanwhile, run the visible checks in "
-                    "the notebook.")
+        return {"title": "Checks are not set up here",
+                "message": f"This Jupyter server is not connected to the course's grading service ({SERVICE_URL} "
+                           "or JUPYTERHUB_API_TOKEN is not set). Ask your instructor; meanwhile, run the visible "
+                           "checks in the notebook."}
     body = json.dumps({"filename": filename, "notebook": notebook}).encode()
     request = urllib.request.Request(base.rstrip("/") + "/api/requests", data=body, method="POST",
                                      headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            answer = json.loads(response.read())
+            return json.loads(response.read())
     except urllib.error.HTTPError as error:
         try:
-            answer = json.loads(error.read())
+            return json.loads(error.read())
         except ValueError:
-            answer = {"message": f"The grading service answered {error.code} {error.reason}."}
+            return {"message": f"The grading service answered {error.code} {error.reason}."}
     except (OSError, ValueError) as error:
-        return page("The grading service did not answer",
-                    f"Your notebook is saved, but the grading service did not answer ({error}). Try again in a "
-                    "minute; if it goes on, tell your instructor.")
+        return {"title": "The grading service did not answer",
+                "message": f"Your notebook is saved, but the grading service did not answer ({error}). Try again "
+                           "in a minute; if it goes on, tell your instructor."}
+
+
+def answer_page(answer: dict, filename: str) -> str:
+    """A page about a check: a link to its result, or why there is none."""
     if answer.get("url"):
         url = html.escape(answer["url"], quote=True)
         return page("Checking your notebook", f"Sent {filename} to the grader.",
                     head=f'<meta http-equiv="refresh" content="0; url={url}">',
                     link=f'<p><a href="{url}">See the check of {html.escape(filename)}</a></p>')
-    return page("The check was not sent", str(answer.get("message") or answer))
+    return page(answer.get("title", "The check was not sent"), str(answer.get("message") or answer))
 
 
 def page(title: str, text: str, head: str = "", link: str = "") -> str:

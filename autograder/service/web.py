@@ -12,7 +12,8 @@ the same as an id that does not exist. The Hub's admins see every request.
 - ``GET  {prefix}admin``               every request (admins only)
 
 Pages are templates that escape every value and run no script. What a student sees of a result
-follows the assignment's ``show``; hidden inputs and check code are never in a result.
+follows the assignment's ``show`` and :mod:`autograder.service.shown`: never a hidden input, never
+check code.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from autograder.feedback import PAGES
 from autograder.grading import Course
 from autograder.preflight import read_notebook
 from autograder.service.policy import Policies, Policy
+from autograder.service.shown import public_item
 from autograder.service.store import Request, Store
 from autograder.service.supervisor import Supervisor
 
-HINT_FIELDS = ("message", "mistake", "hint", "deduction")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'self'"
 
 
@@ -67,12 +68,7 @@ def which_notebook(course: Course, filename: str, cells: list[dict]) -> tuple[st
 
 def view(request: Request, policy: Policy, store: Store, prefix: str) -> dict:
     """What the student who sent ``request`` may see of it, as JSON."""
-    items = []
-    for item in request.items:
-        shown = {key: item[key] for key in ("grade_id", "status", "score", "max_score")}
-        if policy.show == "hint":
-            shown.update({key: item.get(key) or "" for key in HINT_FIELDS})
-        items.append(shown)
+    items = [public_item(item, policy.show) for item in request.items]
     return {"id": request.id, "assignment": request.assignment, "filename": request.filename, "state": request.state,
             "place": store.place(request), "submitted": when(request.submitted), "started": when(request.started),
             "finished": when(request.finished), "message": request.message, "score": request.score,
