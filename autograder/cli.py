@@ -10,7 +10,7 @@
     autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
-    autograder serve                                                students' checks before the deadline (a JupyterHub service)
+    autograder serve                                                students' checks before the deadline (Hub service)
 
 Run ``grade``, ``merge``, ``feedback`` and ``report`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.

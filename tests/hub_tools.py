@@ -52,7 +52,8 @@ def make_course(root: Path, assignment: str, check_settings: str) -> Path:
 def hub_config(course: Path, service_port: int) -> str:
     """The README's lines of jupyterhub_config.py for ``course``."""
     text = HUB_CONFIG.read_text()
-    for name, value in (("COURSE", repr(str(course))), ("AUTOGRADER", repr(str(Path(sys.executable).parent / "autograder"))),
+    autograder = Path(sys.executable).parent / "autograder"
+    for name, value in (("COURSE", repr(str(course))), ("AUTOGRADER", repr(str(autograder))),
                         ("SERVICE_PORT", str(service_port))):
         text, count = re.subn(rf"^{name} = .*$", f"{name} = {value}", text, count=1, flags=re.M)
         assert count == 1, f"{HUB_CONFIG} no longer sets {name}"

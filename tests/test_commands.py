@@ -1,6 +1,7 @@
 """Mistakes in commands are caught, not passed over: an assignment the course does not have, a
 folder that is not a course, and a second grading run of an assignment while one is going on
-each exit non-zero with a message that says what was expected."""
+each exit non-zero with a message that says what was expected; so does a grading service started
+outside a JupyterHub."""
 
 import contextlib
 import io
@@ -51,3 +52,14 @@ def test_a_second_grading_run_of_the_same_assignment_refuses(course):
     with Course(course).grading_lock("02_multihead_attention", (0, 2)):   # a shard holds only its own slice
         with Course(course).grading_lock("02_multihead_attention", (1, 2)):
             pass
+
+
+def test_serve_outside_a_hub_or_a_course_exits_2_and_says_what_it_needs(course, tmp_path, monkeypatch):
+    for name in ("JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_SERVICE_PREFIX", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    status, said = run("serve", "--course", str(course))
+    assert status == 2 and "runs as a JupyterHub service" in said and "jupyterhub_config.py" in said, said
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, said = run("serve", "--course", str(empty))
+    assert status == 2 and "has no nbgrader_config.py" in said, said

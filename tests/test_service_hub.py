@@ -21,6 +21,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import nbformat
 import pytest
 import requests
 
@@ -183,8 +184,10 @@ def test_sixty_requests_from_three_students_at_once(hub):
         started = time.monotonic()
         sent = send(hub, tokens[user], SOLUTION)
         view = answered(hub, tokens[user], sent.json()["id"])
+        places.append(sent.json()["place"]) if sent.status_code == 202 else None
         return user, sent.status_code, view, time.monotonic() - started
 
+    places = []
     with ThreadPoolExecutor(max_workers=60) as pool:
         results = list(pool.map(one, [user for user in users for _ in range(20)]))
     for user in users:
@@ -194,6 +197,7 @@ def test_sixty_requests_from_three_students_at_once(hub):
         assert len(graded) == 5 and len(refused) == 15, [(code, view["state"]) for _, code, view, _ in mine]
         assert all(view["state"] == "done" and view["score"] == 10 for view in graded)
         assert all("5 checks of the last hour" in view["message"] for view in refused)
+    assert len(places) == 15 and all(place >= 1 for place in places)  # each taken request was told its place
     times = sorted(seconds for *_, seconds in results)
     graded_times = sorted(seconds for _, code, _, seconds in results if code == 202)
     summary = {"requests": len(results), "graded": len(graded_times),
@@ -220,13 +224,40 @@ def test_a_crashed_worker_costs_only_its_request_which_is_retried(hub):
         assert time.monotonic() < deadline and row["state"] == "queued", row
         time.sleep(0.1)
     bystander = send(hub, bob, SOLUTION).json()
-    pids = subprocess.run(["pgrep", "-f", f"name {row['worker']} --parent"], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(["pgrep", "-f", f"name {row['worker']} --parent"], capture_output=True,
+                          text=True).stdout.split()
     assert len(pids) == 1, pids
     os.kill(int(pids[0]), signal.SIGKILL)
     retried, other = answered(hub, alice, victim["id"]), answered(hub, bob, bystander["id"])
     assert (retried["state"], retried["score"]) == ("done", 10) and (other["state"], other["score"]) == ("done", 10)
     attempts = {r["id"]: r["attempts"] for r in rows(hub)}
     assert (attempts[victim["id"]], attempts[bystander["id"]]) == (2, 1)
+
+
+def test_a_request_that_waits_too_long_is_answered_not_dropped(hub):
+    set_policy(hub, max_wait_minutes=0.05)  # 3 s
+    tokens = [hub.token_for(user) for user in ("alice", "bob", "carol")]
+    sent = [send(hub, token, slow(5)).json()["id"] for token in tokens]  # two workers: the third waits
+    views = [answered(hub, token, request_id) for token, request_id in zip(tokens, sent)]
+    assert sorted(v["state"] for v in views) == ["done", "done", "expired"]
+    expired = next(v for v in views if v["state"] == "expired")
+    assert "waited more than 0.05 minutes" in expired["message"] and "not counted" in expired["message"]
+
+
+def test_the_exporter_sends_as_the_student_and_links_the_check(hub, monkeypatch):
+    """``jupyter nbconvert --to check_with_grader`` (and JupyterLab's menu) go through the exporter."""
+    from nbconvert.exporters.base import get_exporter
+
+    set_policy(hub)
+    exporter = get_exporter("check_with_grader")()
+    monkeypatch.delenv("COURSE_CHECK_URL", raising=False)
+    page, _ = exporter.from_notebook_node(nbformat.from_dict(SOLUTION), {"metadata": {"name": "modern_attention"}})
+    assert "Checks are not set up here" in page
+    monkeypatch.setenv("COURSE_CHECK_URL", hub.service)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token_for("alice"))
+    page, _ = exporter.from_notebook_node(nbformat.from_dict(SOLUTION), {"metadata": {"name": "modern_attention"}})
+    request_id = re.search(r"/services/autograder/requests/([\w-]+)", page).group(1)
+    assert answered(hub, hub.token_for("alice"), request_id)["score"] == 10
 
 
 def test_requests_waiting_when_the_service_is_killed_are_answered_after_it_comes_back(hub):
@@ -300,7 +331,7 @@ def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub)
                 shown.screenshot(path=ARTIFACTS / f"failure-{number}.png")
             raise
     saved = json.loads((folder / NB).read_text())  # the button saved the notebook before it was checked
-    window = next(c for c in saved["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "sliding_window_mask")
+    window = tools.cell_by_grade_id(nbformat.from_dict(saved), "sliding_window_mask")
     assert "".join(window["source"]).strip() == WINDOW_OFF_BY_ONE.strip()
 
     with browser_tools.chromium() as browser:

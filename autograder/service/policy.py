@@ -33,7 +33,8 @@ class CheckService(Configurable):
     assignments = Dict(help="Per assignment: open, per_hour, in_all, show ('status' or 'hint'), deadline "
                             "(ISO 8601 with its UTC offset) and max_wait_minutes. Unlisted assignments are "
                             "closed.").tag(config=True)
-    workers = Int(2, help="Requests graded side by side, each by a worker process with a warm sandbox.").tag(config=True)
+    workers = Int(2, help="Requests graded side by side, each by a worker process with a warm sandbox."
+                  ).tag(config=True)
     max_waiting = Int(2, help="Requests one student may have waiting or being graded at once.").tag(config=True)
     max_notebook_mb = Int(5, help="The largest notebook a student may send, in MiB.").tag(config=True)
     max_attempts = Int(3, help="Times a request is graded again after a worker died on it.").tag(config=True)

@@ -46,7 +46,9 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-
 
 
 def when(timestamp: float | None) -> str:
-    return "" if timestamp is None else datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if timestamp is None:
+        return ""
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def which_notebook(course: Course, filename: str, cells: list[dict]) -> tuple[str, str] | None:
@@ -173,8 +175,8 @@ class RequestsAPI(Handler):
                 f"{filename} is not a notebook of this course's assignments: none of its graded cells is one of "
                 f"theirs. Check the notebook you fetched for the assignment."), 400, form)
         assignment, notebook = found
-        request = service.store.submit(self.user, assignment, notebook, filename, body,
-                                       service.policies.for_assignment(assignment), service.policies.settings.max_waiting)
+        policy, settings = service.policies.for_assignment(assignment), service.policies.settings
+        request = service.store.submit(self.user, assignment, notebook, filename, body, policy, settings.max_waiting)
         self.answer(request, 202 if request.state == "queued" else 429, form)
 
     def notebook_sent(self) -> tuple[str, bytes]:
