@@ -23,6 +23,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 import notebook_tools as tools
 from autograder.grading import Course
 
@@ -117,7 +119,10 @@ def start_hub(folder: Path, course: Path) -> Hub:
     """Starts JupyterHub in ``folder`` with the grading service of ``course``; returns once the
     service answers through the proxy."""
     if not PROXY.exists():
-        raise RuntimeError(f"{PROXY} is missing: run `make hub-packages` (make test does it)")
+        if shutil.which("npm"):
+            pytest.fail(f"{PROXY} is missing: run `make hub-packages` (make test does it)")
+        pytest.skip("npm is missing, so JupyterHub's proxy is too: run `sudo apt-get install nodejs npm`, then "
+                    "`make hub-packages`")
     folder.mkdir(parents=True, exist_ok=True)
     port, service_port, tester_token = free_port(), free_port(), secrets.token_hex(32)
     bin_dir = Path(sys.executable).parent

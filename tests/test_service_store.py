@@ -110,10 +110,10 @@ def test_a_dead_workers_request_is_retried_then_answered_as_failed(tmp_path):
     for attempt in (1, 2):
         claimed = store.claim(f"w{attempt}")
         assert (claimed.id, claimed.attempts, claimed.content) == (request.id, attempt, NB)
-        assert store.give_back({f"w{attempt}"}, 3, "its worker stopped")[0].id == request.id
+        assert store.give_back({f"w{attempt}"}, 3)[0].id == request.id
         assert store.get(request.id).state == "queued" and store.place(store.get(request.id)) == 1
     store.claim("w3")
-    store.give_back({"w3"}, 3, "its worker stopped")
+    store.give_back({"w3"}, 3)
     failed = store.get(request.id)
     assert failed.state == "failed" and "failed 3 times" in failed.message and "not counted" in failed.message
 
@@ -122,7 +122,7 @@ def test_a_result_from_a_worker_that_lost_its_request_is_dropped(tmp_path):
     store = Store(tmp_path / "q.db")
     submit(store, "alice")
     old = store.claim("old-life")
-    store.give_back(None, 3, "the service restarted")  # what the service does when it starts
+    store.give_back(None, 3)  # what the service does when it starts
     new = store.claim("new-life")
     assert not store.finish(old, "old-life", {"score": 1, "max_score": 1, "items": []})
     assert store.finish(new, "new-life", {"score": 2, "max_score": 2, "items": []})

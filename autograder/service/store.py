@@ -225,6 +225,8 @@ class Store:
     def claim(self, worker: str, now: float | None = None) -> Request | None:
         """The next request in fair order, now ``running`` under ``worker``, with its notebook."""
         now = time.time() if now is None else now
+        if self.db.execute("SELECT 1 FROM requests WHERE state = 'queued' LIMIT 1").fetchone() is None:
+            return None  # an idle worker asks often: no write lock when there is nothing to take
         with self.transaction():
             order = fair_order(self._select("state = 'queued'"))
             if not order:
@@ -245,10 +247,11 @@ class Store:
                 (time.time(), result["score"], result["max_score"], json.dumps(result), request.seq, worker)).rowcount
         return changed == 1
 
-    def give_back(self, workers_gone: set[str] | None, max_attempts: int, why: str) -> list[Request]:
+    def give_back(self, workers_gone: set[str] | None, max_attempts: int) -> list[Request]:
         """Puts requests being graded by a worker that is gone (``workers_gone``; None: every worker,
         as when the service starts) back in the queue, in their old place, or, after ``max_attempts``
-        tries, answers them as ``failed``. Returns those given back or failed."""
+        tries, answers them as ``failed`` (the caller logs why: a student sees no grader internals).
+        Returns those given back or failed."""
         with self.transaction():
             running = self._select("state = 'running'")
             lost = [r for r in running if workers_gone is None or r.worker in workers_gone]
@@ -256,8 +259,8 @@ class Store:
                 if request.attempts >= max_attempts:
                     self.db.execute(
                         "UPDATE requests SET state = 'failed', worker = NULL, finished = ?, message = ? WHERE seq = ?",
-                        (time.time(), f"The grader failed {request.attempts} times on this request ({why}). It was "
-                                      "not counted against your checks; the instructor can see it. Send it again, "
+                        (time.time(), f"The grader failed {request.attempts} times on this request. It was not "
+                                      "counted against your checks, and the service's log says why. Send it again, "
                                       "or tell your instructor if it keeps happening.", request.seq))
                 else:
                     self.db.execute("UPDATE requests SET state = 'queued', worker = NULL, started = NULL WHERE seq = ?",

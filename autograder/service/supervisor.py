@@ -32,7 +32,7 @@ class Supervisor:
 
     def start(self) -> None:
         settings = self.policies.settings
-        for request in self.store.give_back(None, settings.max_attempts, "the service restarted while grading it"):
+        for request in self.store.give_back(None, settings.max_attempts):
             log.info("Request %s of %s goes back to the queue: the service restarted while it was graded",
                      request.id, request.user)
         for slot in range(max(1, settings.workers)):
@@ -52,7 +52,7 @@ class Supervisor:
             if process.poll() is None:
                 continue
             why = f"its worker stopped with exit status {process.returncode}"
-            for request in self.store.give_back({name}, self.policies.settings.max_attempts, why):
+            for request in self.store.give_back({name}, self.policies.settings.max_attempts):
                 log.warning("Request %s of %s: %s; %s", request.id, request.user, why,
                             "it goes back to the queue" if request.attempts < self.policies.settings.max_attempts
                             else "it has failed too often and is answered as failed")

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograder import grading, pipeline, runner
+from autograder.errors import GradingError
 from autograder.grading import Assignment, Course
 from autograder.service.policy import Policies
 from autograder.service.store import Request, Store
@@ -70,6 +71,11 @@ def work(root: Path, name: str) -> None:
     store = Store(policies.database)
     isolation = pipeline.isolation_for(course)
     assignments = Assignments(course)
+    for assignment in policies.policies:  # prepared before the first student waits for them
+        try:
+            assignments.get(assignment)
+        except GradingError as error:
+            print(f"Worker {name}: {assignment} cannot be checked: {error}", file=sys.stderr)
     sandbox = runner.Worker(grading.run_settings(course.settings), isolation)
     try:
         while True:
@@ -79,10 +85,11 @@ def work(root: Path, name: str) -> None:
                 continue
             try:
                 result = grade_request(assignments, request, sandbox)
-            except Exception as error:  # noqa: BLE001 - a grader error costs only this request
+            except Exception:  # noqa: BLE001 - a grader error costs only this request
+                print(f"Worker {name}: grading request {request.id} of {request.user} failed:", file=sys.stderr)
                 traceback.print_exc()
                 policies.load()
-                store.give_back({name}, policies.settings.max_attempts, f"{type(error).__name__}: {error}")
+                store.give_back({name}, policies.settings.max_attempts)
                 sandbox.close()
                 sandbox = runner.Worker(grading.run_settings(course.settings), isolation)
                 continue
