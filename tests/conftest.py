@@ -24,7 +24,7 @@ def graded_class(tmp_path_factory):
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
     root = tmp_path_factory.mktemp("hostile")
-    demo.make_course(root, hostile_class.A)
+    demo.make_course(root, hostile_class.A, generate=False)
     cases = hostile_class.cases(root)
     hostile_class.write_submissions(root, cases)
     grading.Course(root).secret()  # made before grading, so that its hash can be taken

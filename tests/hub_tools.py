@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import notebook_tools as tools
-from autograder.grading import Course
+from autograder import demo
 
 PROXY = tools.REPO_ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 HUB_CONFIG = tools.REPO_ROOT / "docs" / "jupyterhub_config.py"
@@ -41,13 +41,12 @@ def free_port() -> int:
 
 
 def make_course(root: Path, assignment: str, check_settings: str) -> Path:
-    """A course folder with the course's config (plus ``check_settings``, lines of
-    ``c.CheckService``), the release of ``assignment`` and its hidden checks."""
+    """A course folder of ``assignment`` whose config ends with ``check_settings`` (lines of
+    ``c.CheckService``)."""
     root.mkdir(parents=True, exist_ok=True)
-    config = (tools.REPO_ROOT / "nbgrader_config.py").read_text()
-    (root / "nbgrader_config.py").write_text(config + "\n" + check_settings + "\n")
-    shutil.copytree(tools.REPO_ROOT / "release" / assignment, root / "release" / assignment)
-    Course(tools.REPO_ROOT).copy_checks(assignment, root)
+    demo.make_course(root, assignment, generate=False)
+    with (root / "nbgrader_config.py").open("a") as config:
+        config.write("\n" + check_settings + "\n")
     return root
 
 
