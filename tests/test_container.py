@@ -54,8 +54,10 @@ def test_the_entry_command_grades_in_an_environment_built_by_the_dockerfile_step
     assert installs == ["python -m pip install -r requirements.txt"]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # The same files as the image's install, without compiling their bytecode (PIP_NO_COMPILE): a
+    # minute sooner on this machine (about 70 s against 130 s), which keeps CI within its budget.
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", "requirements.txt"],
-                   cwd=work, check=True)
+                   cwd=work, check=True, env={**os.environ, "PIP_NO_COMPILE": "1"})
     entry = venv / "bin" / "autograder"
     done = subprocess.run([str(entry), "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "grade" in done.stdout
