@@ -112,6 +112,15 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         self.finish(PAGES.get_template(template).render(prefix=self.service.prefix, user=self.user, admin=self.admin,
                                                         when=when, **values))
 
+    def view_of(self, request: Request) -> dict:
+        return view(request, self.service.policies.for_assignment(request.assignment), self.service.store,
+                    self.service.prefix)
+
+    def write_view(self, request: Request, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(self.view_of(request)))
+
     def own_request(self, request_id: str) -> Request:
         """The request ``request_id`` if it is the current user's (or the user is an admin); 404 otherwise."""
         request = self.service.store.get(request_id)
@@ -197,28 +206,20 @@ class RequestsAPI(Handler):
         """JSON for a program; for a browser's form, the request's page."""
         if form:
             return self.redirect(url_path_join(self.service.prefix, "requests", request.id), status=303)
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(view(request, self.service.policies.for_assignment(request.assignment),
-                                    self.service.store, self.service.prefix)))
+        self.write_view(request, status)
 
 
 class RequestAPI(Handler):
     @web.authenticated
     def get(self, request_id: str) -> None:
-        request = self.own_request(request_id)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(view(request, self.service.policies.for_assignment(request.assignment),
-                                    self.service.store, self.service.prefix)))
+        self.write_view(self.own_request(request_id))
 
 
 class RequestPage(Handler):
     @web.authenticated
     def get(self, request_id: str) -> None:
         request = self.own_request(request_id)
-        shown = view(request, self.service.policies.for_assignment(request.assignment), self.service.store,
-                     self.service.prefix)
-        self.page("check_request.html.j2", request=shown, owner=request.user)
+        self.page("check_request.html.j2", request=self.view_of(request), owner=request.user)
 
 
 class AdminPage(Handler):
