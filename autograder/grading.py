@@ -35,7 +35,7 @@ from autograder import runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
 from autograder.forbidden import found_in_trace
-from autograder.preflight import Preflight, preflight, read_notebook, source_text
+from autograder.preflight import Preflight, grade_ids, preflight, read_notebook, source_text
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
@@ -297,7 +297,7 @@ class Assignment:
             if problem:
                 raise GradingError(f"The release notebook {path} is damaged: {problem}")
             release[notebook] = data["cells"]
-            ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in data["cells"]}
+            ids = grade_ids(data["cells"])
             items[notebook] = [item for item in all_items if item.answer_id in ids]
             located.update(item.grade_id for item in items[notebook])
         lost = [item.answer_id for item in all_items if item.grade_id not in located]

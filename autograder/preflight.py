@@ -79,6 +79,12 @@ def _nbgrader(cell: dict) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def grade_ids(cells: list) -> set[str]:
+    """The nbgrader ``grade_id`` of every cell that has one; cells or metadata of the wrong type
+    (a student's notebook is data) have none."""
+    return {gid for cell in cells if isinstance(cell, dict) if isinstance(gid := _nbgrader(cell).get("grade_id"), str)}
+
+
 def _grading_fields(cell: dict) -> dict:
     """The nbgrader fields that decide how a cell is graded (nbgrader's checksums are not among them)."""
     return {k: v for k, v in _nbgrader(cell).items() if k in ("grade", "solution", "locked", "grade_id", "points", "task")}

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import nbformat
 import pytest
 
 import browser_tools
+import hub_tools
 import notebook_tools as tools
 
 ARTIFACTS = tools.REPO_ROOT / "artifacts" / "browser"
@@ -47,12 +47,6 @@ VALIDATE_SUCCESS = "Success! Your notebook passes all the tests."  # nbgrader 0.
 # JupyterLab on a shared 2-core machine: generous waits, each still far below CI's limit.
 SERVER_START_S = 60
 UI_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_session(base: str, token: str) -> None:
@@ -102,7 +96,7 @@ def lab(tmp_path):
     notification = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = hub_tools.free_port(), secrets.token_hex(16)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = (ARTIFACTS / "jupyter-lab.log").open("w")
     server = subprocess.Popen(

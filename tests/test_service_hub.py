@@ -32,8 +32,8 @@ from autograder import sandbox
 
 A, NB = "06_modern_attention", "modern_attention.ipynb"
 ARTIFACTS = tools.REPO_ROOT / "artifacts" / "service"
-SOLUTION = json.loads((tools.REPO_ROOT / "source" / A / NB).read_text())
-RELEASE = json.loads((tools.REPO_ROOT / "release" / A / NB).read_text())
+SOLUTION = tools.read(tools.REPO_ROOT / "source" / A / NB)
+RELEASE = tools.read(tools.REPO_ROOT / "release" / A / NB)
 ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
 
 
@@ -64,17 +64,8 @@ def set_policy(hub, **policy) -> None:
     config.write_text(text[:text.index("c.CheckService.assignments")] + settings(**policy))
 
 
-def with_answer(grade_id: str, source: str, notebook=None) -> dict:
-    notebook = json.loads(json.dumps(notebook or RELEASE))
-    for cell in notebook["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id:
-            cell["source"] = source
-    return notebook
-
-
 def answer_of(grade_id: str) -> str:
-    return next("".join(c["source"]) for c in SOLUTION["cells"]
-                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return tools.cell_by_grade_id(SOLUTION, grade_id).source
 
 
 def send(hub, token: str, notebook, filename: str = NB) -> requests.Response:
@@ -156,13 +147,15 @@ def test_a_browsers_post_needs_the_hubs_xsrf_token(hub):
 
 def test_a_notebook_too_large_or_not_a_notebook_gets_a_clear_answer(hub):
     token, before = hub.token_for("alice"), len(rows(hub))
-    big = with_answer("apply_rope", "x = 1  # " + "y" * (2 * 2**20))
+    big = tools.replace_solution(RELEASE, "apply_rope", "x = 1  # " + "y" * (2 * 2**20))
     too_large = send(hub, token, big)
     assert too_large.status_code == 413 and "checks take notebooks up to 1 MiB" in too_large.json()["message"]
     not_json = send(hub, token, "{ this is not JSON")
     assert not_json.status_code == 400 and "not a notebook the grader can read" in not_json.json()["message"]
     foreign = send(hub, token, {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, "essay.ipynb")
     assert foreign.status_code == 400 and "not a notebook of this course's assignments" in foreign.json()["message"]
+    odd = send(hub, token, {"cells": [{"metadata": None}, {"metadata": {"nbgrader": 3}}, 7], "nbformat": 4}, "odd.ipynb")
+    assert odd.status_code == 400 and "not a notebook of this course's assignments" in odd.json()["message"]
     garbled = requests.post(f"{hub.service}api/requests", data=b"\x00\x01", timeout=60,
                             headers={"Authorization": f"token {token}"})
     assert garbled.status_code == 400 and "Send JSON" in garbled.json()["message"]
@@ -170,7 +163,7 @@ def test_a_notebook_too_large_or_not_a_notebook_gets_a_clear_answer(hub):
     renamed = send(hub, token, SOLUTION, "my copy (2).ipynb")
     assert renamed.status_code == 202 and renamed.json()["assignment"] == A
     recorded = rows(hub)[before:]
-    assert [r["state"] for r in recorded[:3]] == ["refused"] * 3 and len(recorded) == 4
+    assert [r["state"] for r in recorded[:4]] == ["refused"] * 4 and len(recorded) == 5
     assert answered(hub, token, renamed.json()["id"])["score"] == 10
 
 
@@ -212,7 +205,7 @@ def test_sixty_requests_from_three_students_at_once(hub):
 def slow(seconds: float) -> dict:
     """The solution, with an answer cell that takes ``seconds`` to run: a request that stays
     in a worker long enough to be caught there."""
-    return with_answer("apply_rope", f"import time\ntime.sleep({seconds})\n" + answer_of("apply_rope"), SOLUTION)
+    return tools.replace_solution(SOLUTION, "apply_rope", f"import time\ntime.sleep({seconds})\n" + answer_of("apply_rope"))
 
 
 def test_a_crashed_worker_costs_only_its_request_which_is_retried(hub):
@@ -300,7 +293,7 @@ def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub)
     set_policy(hub)
     folder = hub.home("alice") / A
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / NB).write_text(json.dumps(with_answer("apply_rope", answer_of("apply_rope")), indent=1))
+    nbformat.write(tools.replace_solution(RELEASE, "apply_rope", answer_of("apply_rope")), folder / NB)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with browser_tools.chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -330,8 +323,8 @@ def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub)
             for number, shown in enumerate(page.context.pages):
                 shown.screenshot(path=ARTIFACTS / f"failure-{number}.png")
             raise
-    saved = json.loads((folder / NB).read_text())  # the button saved the notebook before it was checked
-    window = tools.cell_by_grade_id(nbformat.from_dict(saved), "sliding_window_mask")
+    saved = tools.read(folder / NB)  # the button saved the notebook before it was checked
+    window = tools.cell_by_grade_id(saved, "sliding_window_mask")
     assert "".join(window["source"]).strip() == WINDOW_OFF_BY_ONE.strip()
 
     with browser_tools.chromium() as browser:

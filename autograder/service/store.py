@@ -271,8 +271,14 @@ class Store:
         """Answers every request that has waited in the queue longer than its assignment allows
         (``max_wait_seconds(assignment)``) with a message that says so; they cost no check."""
         now = time.time() if now is None else now
+
+        def waiting_too_long() -> list[Request]:
+            return [r for r in self._select("state = 'queued'") if now - r.submitted > max_wait_seconds(r.assignment)]
+
+        if not waiting_too_long():
+            return []  # asked twice a second: no write lock when no request is late
         with self.transaction():
-            late = [r for r in self._select("state = 'queued'") if now - r.submitted > max_wait_seconds(r.assignment)]
+            late = waiting_too_long()
             for request in late:
                 minutes = max_wait_seconds(request.assignment) / 60
                 self.db.execute(

@@ -36,7 +36,7 @@ from autograder import pipeline
 from autograder.errors import GradingError
 from autograder.feedback import PAGES
 from autograder.grading import Course
-from autograder.preflight import read_notebook
+from autograder.preflight import grade_ids, read_notebook
 from autograder.service.policy import Policies, Policy
 from autograder.service.shown import public_item
 from autograder.service.store import Request, Store
@@ -54,7 +54,7 @@ def when(timestamp: float | None) -> str:
 def which_notebook(course: Course, filename: str, cells: list[dict]) -> tuple[str, str] | None:
     """The (assignment, release notebook) that a sent notebook is a copy of: the release notebook
     of the same name, else the one that shares the most graded cells with it (students rename files)."""
-    ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in cells if isinstance(c, dict)} - {None}
+    ids = grade_ids(cells)
     candidates = []
     for assignment in course.assignments():
         folder = course.root / "release" / assignment
@@ -62,7 +62,7 @@ def which_notebook(course: Course, filename: str, cells: list[dict]) -> tuple[st
             release, problem = read_notebook(path)
             if problem:
                 continue
-            shared = ids & {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in release["cells"]}
+            shared = ids & grade_ids(release["cells"])
             candidates.append((path.stem == Path(filename).stem, len(shared), assignment, path.stem))
     best = max(candidates, default=None)
     return (best[2], best[3]) if best and (best[0] or best[1]) else None
