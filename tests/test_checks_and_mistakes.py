@@ -7,7 +7,7 @@ import torch.nn as nn
 from safetensors.torch import load_file
 
 import notebook_tools as tools
-
+from float_tolerance import assert_same
 from transformer_lm import adapters, checks, make_test_values, mistakes, reference
 from transformer_lm.cases import AttentionCase, make_case_tensors
 
@@ -42,7 +42,8 @@ def test_no_flaws_is_exactly_the_reference():
     tensors = make_case_tensors(case, torch.Generator().manual_seed(0))
     ours, probs = mistakes.flawed_multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
     att = reference.multi_head_attention(tensors.x, tensors.weights, 2, causal=True)
-    assert torch.equal(ours, att.output) and torch.equal(probs, att.weights)
+    assert_same(ours, att.output, "output")
+    assert_same(probs, att.weights, "weights")
 
 
 def test_correct_answer_passes():
@@ -116,7 +117,7 @@ def test_stored_test_values_are_what_the_script_makes():
     made = make_test_values.make()
     assert stored.keys() == made.keys()
     for name in made:
-        assert torch.equal(stored[name], made[name]), name
+        assert_same(stored[name], made[name], name)
 
 
 def test_test_values_have_seed_003_names_and_shapes():
@@ -131,8 +132,8 @@ def test_test_values_have_seed_003_names_and_shapes():
 def test_generation_twins_with_no_flaws_are_the_reference():
     logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(0))
     for temperature, top_k in ((1.0, None), (0.7, 3)):
-        assert torch.equal(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistakes.GenerationFlaws()),
-                           reference.sampling_probabilities(logits, temperature, top_k))
+        assert_same(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistakes.GenerationFlaws()),
+                    reference.sampling_probabilities(logits, temperature, top_k))
     model = reference.GPT(reference.GPTConfig(vocab_size=9, block_size=5, n_layer=2, n_head=2, n_embd=8)).eval()
     idx = torch.randint(9, (2, 3), generator=torch.Generator().manual_seed(1))
     for use_cache in (False, True):
