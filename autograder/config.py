@@ -1,10 +1,10 @@
 """The grader's settings, read from the course's ``nbgrader_config.py``.
 
 ``autograder grade`` and ``nbgrader autograde`` read the same file, so they grade with the same
-settings: workers, time and memory limits, where hidden checks live, and the gradebook. Set
-them there as ``c.Autograder.<name> = ...``; the command line's options override them for
-one run. The course id and the gradebook come from nbgrader's own ``c.CourseDirectory``
-settings unless set here.
+settings: workers, time and memory limits, where hidden checks live, the similarity report's
+public code and threshold, and the gradebook. Set them there as ``c.Autograder.<name> = ...``;
+the command line's options override them for one run. The course id and the gradebook come
+from nbgrader's own ``c.CourseDirectory`` settings unless set here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ class Autograder(Configurable):
                                          "itself the wall.").tag(config=True)
     checks_dir = Unicode("autograder/checks", help="The hidden checks' folder, relative to the course folder: "
                                                    "<checks_dir>/<assignment>.py.").tag(config=True)
+    similarity_corpus = Unicode("autograder/similarity_corpus", help="Known public implementations of the "
+                                "answers, relative to the course folder: <similarity_corpus>/<assignment>/<answer "
+                                "cell's grade_id>/*.py. The similarity report compares every answer with "
+                                "them.").tag(config=True)
+    similarity_threshold = Float(0.5, help="The similarity from which the similarity report lists a pair of answers: "
+                                           "the share of their fingerprints they have in common, 0 to 1."
+                                 ).tag(config=True)
     course_id = Unicode("", help="The gradebook's course id (default: c.CourseDirectory.course_id).").tag(config=True)
     db_url = Unicode("", help="The gradebook (default: c.CourseDirectory.db_url, else gradebook.db in the "
                               "course folder).").tag(config=True)

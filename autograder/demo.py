@@ -63,13 +63,17 @@ def with_answer(notebook: dict, grade_id: str, change) -> dict:
 
 
 def make_course(root: Path, assignment: str = ASSIGNMENT, generate: bool = True) -> None:
-    """A course folder with the course's config, the assignment's source, its hidden checks and
-    its release: made by nbgrader, as an instructor would, or (``generate=False``, for the tests
-    that only grade) the repository's release, which its tests hold equal to what nbgrader makes,
-    without the ten or twenty seconds nbgrader takes to start."""
+    """A course folder with the course's config, the assignment's source, its hidden checks, its
+    public code for the similarity report and its release: made by nbgrader, as an instructor would,
+    or (``generate=False``, for the tests that only grade) the repository's release, which its tests
+    hold equal to what nbgrader makes, without the ten or twenty seconds nbgrader takes to start."""
     shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(REPO / "source" / assignment, root / "source" / assignment)
-    Course(REPO).copy_checks(assignment, root)
+    repository = Course(REPO)
+    repository.copy_checks(assignment, root)
+    corpus = Path(repository.settings.similarity_corpus) / assignment
+    if (REPO / corpus).is_dir():
+        shutil.copytree(REPO / corpus, root / corpus)
     if not generate:
         shutil.copytree(REPO / "release" / assignment, root / "release" / assignment)
         return
