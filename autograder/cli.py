@@ -7,12 +7,13 @@
     autograder validate NOTEBOOK                                    a student's check before submitting
     autograder feedback ASSIGNMENT                                  feedback pages from the last grading
     autograder report ASSIGNMENT                                    class report (HTML) and LMS exports
+    autograder similarity ASSIGNMENT [--threshold X]                similar answers: classmates, reference, public code
     autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
     autograder serve                                                students' checks before the deadline (Hub service)
 
-Run ``grade``, ``merge``, ``feedback`` and ``report`` from the course folder (where
+Run ``grade``, ``merge``, ``feedback``, ``report`` and ``similarity`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.
 """
 
@@ -139,6 +140,30 @@ def report_command(args) -> int:
     return 0
 
 
+def similarity_command(args) -> int:
+    from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE
+    from autograder.similarity_report import write_similarity
+
+    course = course_of(args)
+    written = write_similarity(course, args.assignment, args.threshold)
+    if written is None:
+        print(f"No submissions of {args.assignment} in {course.root / 'submitted'}: nothing to compare. Collect them "
+              f"first (nbgrader collect or zip_collect).")
+        return 1
+    result = written.result
+    print(f"{args.assignment}: {len(result.students)} submissions, each answer cell compared with classmates', the "
+          f"course's reference and {result.public_files} file(s) of public code. Pairs with a similarity of "
+          f"{result.threshold:.2f} or more:")
+    for cell in result.cells:
+        groups = f"; groups of {', '.join(str(len(g)) for g in cell.groups)} students" if cell.groups else ""
+        print(f"  {cell.cell}: {cell.count(CLASSMATE)} with a classmate, {cell.count(REFERENCE)} with the reference, "
+              f"{cell.count(PUBLIC)} with public code ({sum(bool(p.weak) for p in cell.pairs)} weak evidence){groups}")
+    for note in result.notes:
+        print(f"Note: {note}")
+    print(f"Page, for staff only: {written.page}\nA row per student: {written.csv}")
+    return 0
+
+
 def validate_command(args) -> int:
     from autograder.validate import validate
 
@@ -245,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assignment")
     course_options(p, sandboxed=False)
     p.set_defaults(run=report_command)
+
+    p = sub.add_parser("similarity", help="compare each answer with classmates', the course's reference and public code")
+    p.add_argument("assignment")
+    p.add_argument("--threshold", type=float, help="the similarity (0 to 1) from which pairs are listed (default: "
+                                                   "c.Autograder.similarity_threshold, 0.5)")
+    course_options(p, sandboxed=False)
+    p.set_defaults(run=similarity_command)
 
     p = sub.add_parser("demo", help="grade a small made-up class end to end, in a course folder it keeps")
     p.add_argument("--keep", metavar="DIR", default="demo-course",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.grading import ItemResult, SubmissionResult
-from autograder.report import spreadsheet_safe
+from autograder.sanitize import spreadsheet_safe
 
 CHANGE_FIELDS = ["student", "grade_id", "old_score", "new_score", "old_status", "new_status", "old_mistake",
                  "new_mistake", "old_message", "new_message"]

@@ -2,7 +2,9 @@
 
 Everything here reads ``reports/<assignment>/<student>.json`` (what ``autograder grade``
 writes), so a report can be remade anywhere those files are, without grading again or
-loading the hidden checks. The page follows :mod:`autograder.feedback`: a template
+loading the hidden checks. Only the section on similar answers reads more: the submissions, the
+release and source notebooks, and the names of the hidden checks' items
+(:mod:`autograder.similarity`); where they are missing it says so. The page follows :mod:`autograder.feedback`: a template
 (``templates/report.html.j2``) that escapes every string (student ids come from folder names,
 messages quote student code), no script, and a Content-Security-Policy that forbids everything
 but inline style and the embedded plots (PNG data URIs, drawn by matplotlib's Agg canvas).
@@ -23,6 +25,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from autograder.errors import GradingError
 from autograder.feedback import PAGES
 from autograder.grading import (
     NOT_WRITTEN,
@@ -33,6 +36,9 @@ from autograder.grading import (
 )
 from autograder.guide import write_guide
 from autograder.record import Marking, item_message, markings, stale_feedback
+from autograder.sanitize import spreadsheet_safe
+from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE
+from autograder.similarity_report import write_similarity
 
 # Gradescope shows a submission's results once the instructor publishes the grades, as
 # nbgrader's release_feedback hands out feedback only when the instructor does.
@@ -133,10 +139,11 @@ def _histogram(totals: list[float], max_total: float) -> str:
 
 
 def render(assignment: str, results: list[SubmissionResult], graded_at: str = "",
-           marked: dict[str, Marking] | None = None) -> str:
+           marked: dict[str, Marking] | None = None, similarity: dict | None = None) -> str:
     """The instructor's page: headline numbers and the hidden checks' version, score distribution,
-    pass rate per item, item statistics, named mistakes, how often each status occurs, and flags
-    per student."""
+    pass rate per item, item statistics, named mistakes, how often each status occurs, flags
+    per student, and (``similarity``, from :func:`similarity_section`) how many answers of each cell
+    are similar to others."""
     n = len(results)
     totals = [r.total for r in results]
     max_total = max(r.max_total for r in results)
@@ -161,7 +168,25 @@ def render(assignment: str, results: list[SubmissionResult], graded_at: str = ""
         statuses=[(s, statuses[s], hit[s]) for s in shown if statuses[s]], graded_at=graded_at,
         written=_written_summary([(marked or {}).get(r.student, Marking()) for r in results]),
         flagged=[r for r in results if r.flags], item_stats=item_statistics(results), suspect_below=SUSPECT_BELOW,
-        versions=checks_versions(results))
+        versions=checks_versions(results), similarity=similarity)
+
+
+def similarity_section(course: Course, assignment: str) -> dict:
+    """Writes the similarity report (:mod:`autograder.similarity_report`) and returns what the class
+    report says of it: per answer cell, its pairs at or above the threshold by source and how many are
+    weak evidence; or, under ``missing``, why answers were not compared."""
+    try:
+        written = write_similarity(course, assignment)
+    except GradingError as error:
+        return {"missing": f"Answers were not compared: {error}"}
+    if written is None:
+        return {"missing": f"Answers were not compared: no submission of {assignment} in submitted/."}
+    result = written.result
+    return {"missing": "", "page": written.page.name, "csv": written.csv.name, "threshold": result.threshold,
+            "cells": [{"cell": cell.cell, "pairs": len(cell.pairs), "classmate": cell.count(CLASSMATE),
+                       "reference": cell.count(REFERENCE), "public": cell.count(PUBLIC),
+                       "groups": len(cell.groups), "weak": sum(bool(pair.weak) for pair in cell.pairs)}
+                      for cell in result.cells]}
 
 
 def _written_summary(marks: list[Marking]) -> list[dict]:
@@ -172,12 +197,6 @@ def _written_summary(marks: list[Marking]) -> list[dict]:
         rows.append({"grade_id": hand.grade_id, "points": hand.max_score, "graded": len(scores),
                      "waiting": len(marks) - len(scores), "mean": statistics.mean(scores) if scores else None})
     return rows
-
-
-def spreadsheet_safe(text: str) -> str:
-    """A cell that a spreadsheet opening the export will not run as a formula (a folder name
-    such as ``=HYPERLINK(...)`` would otherwise be one)."""
-    return "'" + text if text.startswith(("=", "+", "-", "@", "\t", "\r")) else text
 
 
 WAITING = "waiting"
@@ -229,9 +248,10 @@ def gradescope_results(result: SubmissionResult, marking: Marking | None = None)
 
 
 def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
-    """Writes ``report.html``, ``lms.csv``, ``gradescope/<student>/results.json`` and the TA's grading
-    guide under ``reports/<assignment>/``, and names the students whose feedback pages predate their
-    hand grades (``stale``); None when there is no graded submission to report on."""
+    """Writes ``report.html``, ``lms.csv``, ``gradescope/<student>/results.json``, the TA's grading
+    guide and the similarity report under ``reports/<assignment>/``, and names the students whose
+    feedback pages predate their hand grades (``stale``); None when there is no graded submission to
+    report on."""
     results = load_results(course, assignment)
     if not results:
         return None
@@ -239,7 +259,8 @@ def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
     marked = markings(course, assignment)
     html = folder / "report.html"
     newest = max(path.stat().st_mtime for path in folder.glob("*.json"))
-    html.write_text(render(assignment, results, time.strftime("%Y-%m-%d %H:%M", time.localtime(newest)), marked))
+    html.write_text(render(assignment, results, time.strftime("%Y-%m-%d %H:%M", time.localtime(newest)), marked,
+                           similarity_section(course, assignment)))
     gradescope = folder / "gradescope"
     for result in results:
         path = gradescope / result.student / "results.json"

@@ -1,4 +1,4 @@
-"""Student-written text made inert before nbgrader shows it.
+"""Student-written text made inert before nbgrader, or a spreadsheet, shows it.
 
 nbgrader's formgrader and feedback pages turn markdown cells and grade comments into HTML
 with nbconvert's renderer and no sanitizer, and that renderer lets through raw HTML, any
@@ -89,3 +89,9 @@ def inert_outputs(outputs) -> list[dict]:
             if data:
                 kept.append({"output_type": "display_data", "data": data, "metadata": {}})
     return kept
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A cell that a spreadsheet opening the export will not run as a formula (a folder name
+    such as ``=HYPERLINK(...)`` would otherwise be one)."""
+    return "'" + text if text.startswith(("=", "+", "-", "@", "\t", "\r")) else text
