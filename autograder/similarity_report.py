@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from autograder.feedback import PAGES
-from autograder.fingerprints import matching_regions
+from autograder.fingerprints import K, matching_regions
 from autograder.grading import Course
 from autograder.sanitize import spreadsheet_safe
 from autograder.similarity import (CLASSMATE, MIN_COMMON, PUBLIC, REFERENCE, SHORT, CellSimilarity, ClassSimilarity,
@@ -84,7 +84,7 @@ def render(result: ClassSimilarity) -> str:
     reference = any(other.source == REFERENCE for cell in result.cells for other in cell.others)
     return PAGES.get_template("similarity.html.j2").render(
         result=result, cells=cells, made=time.strftime("%Y-%m-%d %H:%M"), sources=(CLASSMATE, REFERENCE, PUBLIC),
-        short=SHORT, min_common=MIN_COMMON, reference=reference)
+        short=SHORT, min_common=MIN_COMMON, k=K, reference=reference)
 
 
 def write_csv(path: Path, result: ClassSimilarity) -> Path:
