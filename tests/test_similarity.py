@@ -5,8 +5,11 @@ read as data (nothing is graded or run); its page in a real browser; and what st
 from __future__ import annotations
 
 import csv
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from copydetect.utils import filter_code
@@ -97,6 +100,19 @@ def test_reordered_statements_give_the_same_fingerprint(written):
              for text in (filter_code(ann, "a.py", "python")[0], filter_code(ben, "b.py", "python")[0])]
     assert 2 * len(grams[0] & grams[1]) / (len(grams[0]) + len(grams[1])) < 0.75
     assert fingerprint(sc.ANN, starter(CAUSAL)).hashes == fingerprint(sc.BEN, starter(CAUSAL)).hashes
+
+
+def test_fingerprints_are_the_same_in_every_process():
+    """copydetect's own k-gram hash is Python's, salted anew in each process; ours is the same in
+    every process, so a report repeats."""
+    script = ("import io, sys; from copydetect import CodeFingerprint; from autograder.fingerprints import fingerprint; "
+              "text = sys.stdin.read(); print(sorted(fingerprint(text).hashes)); "
+              "print(sorted(CodeFingerprint('a.py', 25, 6, fp=io.StringIO(text)).hashes))")
+    ours, theirs = zip(*(subprocess.run([sys.executable, "-c", script], input=sc.ANN, capture_output=True, text=True,
+                                        check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.splitlines()
+                         for seed in ("1", "2")))
+    assert ours[0] == ours[1] and len(ours[0]) > 100
+    assert theirs[0] != theirs[1]
 
 
 def test_short_answers_are_shown_as_weak_evidence(written):
