@@ -18,17 +18,19 @@ def found_in_text(forbids: tuple[str, ...], mentioned: set[str]) -> list[str]:
 
 
 def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]]], own_cell: int | None,
-                   answer_cells: set[int]) -> list[str]:
+                   answer_cells: set[int], excused: set[int]) -> list[str]:
     """The forbidden names that this item's answer ran while it was checked. ``ran`` gives, for
     each watched name that ran, the notebook cells on the stack (innermost first). A call belongs
-    to the innermost answer cell on its stack: one made inside another item's answer (a
-    ``my_attention`` that an attention class reuses) is that item's to lose, not this one's; one
-    made in a helper cell, or in this item's own answer, is this item's."""
+    to the innermost answer cell on its stack. One made inside an earlier answer that was charged
+    with a forbidden call already (a ``my_attention`` that an attention class reuses), or inside
+    the course's code, is ``excused``: one mistake costs points once. Any other is this item's,
+    whichever cell it seems to come from: an answer that calls the library through another
+    answer's helper, or through code compiled under another cell's name, gains nothing."""
     names = runtime_names(forbids)
     used = set()
     for runtime, stacks in ran.items():
         for stack in stacks:
             owner = next((cell for cell in stack if cell in answer_cells), None)
-            if runtime in names and owner in (None, own_cell):
+            if runtime in names and (owner == own_cell or owner not in excused):
                 used.add(names[runtime])
     return sorted(used)

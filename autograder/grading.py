@@ -31,7 +31,7 @@ from pathlib import Path
 import pycodestyle
 import torch
 
-from autograder import runner, sandbox
+from autograder import course_code, runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
 from autograder.forbidden import found_in_trace
@@ -284,7 +284,7 @@ class Assignment:
     checks_version: str  # checks_version() of the files it was loaded from
     below: dict[str, list[str]] = field(default_factory=dict)  # grade_id -> the items it builds on, at any depth
     stand_ins: dict[str, list[str]] = field(default_factory=dict)  # probe id -> names the course's code replaces
-    course_code: dict | None = None  # what the harness needs to make the stand-ins (CourseCode)
+    course_code: dict[str, dict] = field(default_factory=dict)  # grade_id -> its late run's course code (CourseCode)
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -314,11 +314,10 @@ class Assignment:
                 if names:
                     prepared[pid + WITH_COURSE_CODE], probe_item[pid + WITH_COURSE_CODE] = prepared[pid], item.grade_id
                     stand_ins[pid + WITH_COURSE_CODE] = names
-        defines = {n for names in defined.values() for n in names}
-        course_code = _course_code(course, name, defines) if stand_ins else None
+        late = {probe_item[pid]: names for pid, names in stand_ins.items()}
+        code = _course_code(course, name, late, {n for names in defined.values() for n in names})
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
-                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins,
-                   course_code)
+                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins, code)
 
 
 def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dict[str, list[str]]:
@@ -339,9 +338,12 @@ def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dic
     return below
 
 
-def _course_code(course: Course, assignment: str, names: set[str]) -> dict:
-    """The reference's and the stand-ins' source, for the harness; every name an item defines
-    must be defined at the top of the stand-ins' file."""
+def _course_code(course: Course, assignment: str, late: dict[str, list[str]], defines: set[str]) -> dict[str, dict]:
+    """For each item judged in a late run (grade_id -> the names the course's code stands in
+    for), the course's code that run gets (:mod:`autograder.course_code`); every name an item
+    defines must be defined at the top of the stand-ins' file."""
+    if not late:
+        return {}
     path = course.stand_ins_file(assignment)
     if not path.exists():
         raise GradingError(f"Items of {assignment} build on earlier answers: the course's stand-ins for them are "
@@ -351,9 +353,10 @@ def _course_code(course: Course, assignment: str, names: set[str]) -> dict:
     top = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     top |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
             if isinstance(target, ast.Name)}
-    if names - top:
-        raise GradingError(f"{path} does not define {', '.join(sorted(names - top))}, which items define.")
-    return {"reference": Path(reference.__file__).read_text(), "stand_ins": source, "names": sorted(names)}
+    if defines - top:
+        raise GradingError(f"{path} does not define {', '.join(sorted(defines - top))}, which items define.")
+    reference_source = Path(reference.__file__).read_text()
+    return {gid: course_code.for_names(reference_source, source, names, defines) for gid, names in late.items()}
 
 
 def answer_cells(cells: list[dict]) -> list[tuple[str, str]]:
@@ -415,8 +418,10 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
         status, message = pre.item_status[item.grade_id]
         return ItemResult(status=status, message=message, **base)
     answer = pre.answer(item.answer_id)
+    charged = {pre.answer(other.answer).index for other in (earlier or {}).values()
+               if other.status == "forbidden" and pre.answer(other.answer)}
     result = _judge_probes(item, [f"{item.grade_id}.{i}" for i in range(len(item.checks))], assignment, pre, run,
-                           ItemResult(status="passed", message="All hidden checks passed.", **base))
+                           ItemResult(status="passed", message="All hidden checks passed.", **base), charged)
     if result.status != "passed":
         result = _charged_once(item, result, assignment, pre, run, earlier or {})
     if result.status != "passed":
@@ -430,14 +435,16 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
 
 
 def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
-                  passed: ItemResult) -> ItemResult:
-    """``passed`` when every probe of ``pids`` passes; otherwise the first problem, as a result."""
+                  passed: ItemResult, charged: set[int]) -> ItemResult:
+    """``passed`` when every probe of ``pids`` passes; otherwise the first problem, as a result.
+    ``charged``: the answer cells of earlier items charged with a forbidden call."""
     answer = pre.answer(item.answer_id)
     answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
     failed = replace(passed, status="failed")
     for pid in pids:
         outcome = run.outcomes[pid]
-        used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells)
+        used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells,
+                              charged | {COURSE_CODE_CELL})
         if used:
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
                     f"(seen in what ran, not in its text).")
@@ -484,7 +491,7 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
         course = _judge_probes(item, pids, assignment, pre, run, replace(
             result, status="passed", hint="", mistake=None,
             message=f"All hidden checks passed, run on the course's {names} in place of yours, because {where} did "
-                    f"not pass and lost its points there (one mistake costs points once)."))
+                    f"not pass and lost its points there (one mistake costs points once)."), set())
         if course.status == "failed":
             course.message = f"With the course's {names} in place of yours: {course.message}"
         return course if course.status in ("passed", "failed") else result
@@ -523,7 +530,9 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         watch = {pid: sorted(runtime_names(forbids[gid])) for pid, gid in assignment.probe_item.items()
                  if pid in pids and forbids[gid]}
         stand_ins = {pid: names for pid, names in assignment.stand_ins.items() if pid in pids}
-        run = runner.run_submission(pre, pids, answers, worker, watch, stand_ins, assignment.course_code)
+        code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
+        run = runner.run_submission(pre, pids, answers, worker, watch, stand_ins, code)
+        pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
     results: dict[str, ItemResult] = {}
     for item in items:
         results[item.grade_id] = judge_item(item, notebook, assignment, pre, run, results)

@@ -25,17 +25,19 @@ import torch
 from safetensors.torch import load, save_file
 
 import transformer_lm
-from autograder import sandbox
+from autograder import journal, sandbox
+from autograder.harness.guard import TAMPERED_EXIT
+from autograder.harness.report import RUN_LOST_ITS_REPORT
 from autograder.preflight import Cell, Preflight
 from transformer_lm.kinds import Prepared
 from transformer_lm.sandboxed import probes
 
-HARNESS = Path(__file__).with_name("harness.py")
+HARNESS = Path(__file__).with_name("harness")
+"""The package that runs inside the sandbox (copied there as ``harness``)."""
 # What student code may import from the course package: its empty ``__init__.py`` and the folder
 # ``transformer_lm/sandboxed/`` (probes, public test values, plots). Never the reference or the checks.
 SANDBOX_MODULES = ("__init__.py", "sandboxed")
 MAX_RECORD_BYTES = 16 * 2**20
-MAX_JOURNAL_BYTES = 4 * 2**20
 MOUNTS = {"in": "/grader/in", "lib": "/grader/lib", "out": "/grader/out", "scratch": "/scratch"}
 """Where the sandbox shows the worker's folders; ``read`` takes these paths in every mode."""
 ANSWER_SECONDS = 5.0
@@ -71,12 +73,14 @@ class ProbeOutcome:
 
 @dataclass
 class RunResult:
-    """The outcomes of all probe calls, the cells that failed, and what the run printed."""
+    """The outcomes of all probe calls, the cells that failed, what the run printed, and why it
+    was stopped as tampered (each time it was)."""
 
     outcomes: dict[str, ProbeOutcome] = field(default_factory=dict)
     cell_problems: dict[int, str] = field(default_factory=dict)
     output: str = ""
     attempts: int = 0
+    tampering: list[str] = field(default_factory=list)
 
 
 def sandbox_library(folder: Path) -> Path:
@@ -95,33 +99,6 @@ def sandbox_library(folder: Path) -> Path:
     return folder
 
 
-def _parse_journal(data: bytes) -> list[dict]:
-    """The journal's events; unreadable lines (a crash mid-write, forged junk) are skipped."""
-    events = []
-    for line in data[:MAX_JOURNAL_BYTES].decode("utf-8", "replace").splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("event"), str):
-            events.append(event)
-    return events
-
-
-def _running(events: list[dict]) -> tuple[str, object, float] | None:
-    """The cell or probe that started and has not ended: ``(kind, id, start time)``."""
-    open_step = None
-    for event in events:
-        kind = event["event"]
-        if kind == "cell_start":
-            open_step = ("cell", event.get("index"), event.get("time", 0.0))
-        elif kind == "probe_start":
-            open_step = ("probe", event.get("probe"), event.get("time", 0.0))
-        elif kind in ("cell_end", "probe_end", "done"):
-            open_step = None
-    return open_step
-
-
 def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     """Loads a probe record without pickle, refusing oversized or non-float data."""
     if not data:
@@ -135,21 +112,14 @@ def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     return record, ""
 
 
-def _trace(value) -> dict[str, list[tuple[int, ...]]]:
-    """A probe's trace (watched name -> the cell stacks it ran from), as far as it has that shape:
-    the journal is written in the sandbox."""
-    if not isinstance(value, dict):
-        return {}
-    return {name: [tuple(i for i in stack if isinstance(i, int)) for stack in stacks[:probes.MAX_TRACED_STACKS]
-                   if isinstance(stack, list)]
-            for name, stacks in list(value.items())[:100] if isinstance(name, str) and isinstance(stacks, list)}
-
-
 def _death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
     """The status and words for a run that did not finish."""
     if watchdog_fired or reply.timed_out:
         return "timeout", (f"It ran for more than {settings.cell_seconds:.0f} s and was stopped "
                            "(an endless loop, or far too slow).")
+    if (reply.text or "").split()[2:] == ["memory"]:
+        return "killed", (f"Its processes held more than {settings.memory_bytes / 2**30:g} GiB of memory together, "
+                          "and it was stopped.")
     code = _exit_code(reply)
     if code is None:
         return "killed", "The process was killed, and the grading process with it."
@@ -188,8 +158,11 @@ class Worker:
         self.inputs, out, scratch = self.root / "in", self.root / "out", self.root / "scratch"
         for folder in (self.inputs, out, scratch):
             folder.mkdir(mode=0o755)
-        shutil.copy2(HARNESS, self.inputs / "harness.py")
-        (self.inputs / "harness.py").chmod(0o644)
+        self.course = self.inputs / "course"  # the stages' course code: the server reads it, runs cannot see it
+        self.course.mkdir(mode=0o755)
+        shutil.copytree(HARNESS, self.inputs / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+        for path in (self.inputs / "harness").rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
         self.sandboxed = isolation.name == "bubblewrap"
         self._host = {"in": str(self.inputs), "lib": str(self.library), "out": str(out), "scratch": str(scratch)}
         self.paths = MOUNTS if self.sandboxed else self._host  # as the harness sees them
@@ -209,8 +182,8 @@ class Worker:
             for name in ("out", "scratch"):
                 shutil.rmtree(self._host[name])
                 Path(self._host[name]).mkdir(mode=0o755)
-        argv = ["python", f"{paths['in']}/harness.py", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
-                paths["out"], "--wipe", paths["out"], "--wipe", paths["scratch"]]
+        argv = ["python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
+                paths["out"], "--wipe", paths["out"], "--wipe", paths["scratch"], "--memory", str(settings.memory_bytes)]
         if self.sandboxed:
             argv += ["--isolated", "--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue"]
         return sandbox.Session(
@@ -219,14 +192,15 @@ class Worker:
             writable={self._host[name]: MOUNTS[name] for name in ("out", "scratch")},
             limits=sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
                                   file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes),
-            env={"PYTHONPATH": paths["lib"], "MPLBACKEND": "Agg", "HOME": paths["scratch"], "OMP_NUM_THREADS": "1",
+            env={"PYTHONPATH": f"{paths['lib']}:{paths['in']}", "MPLBACKEND": "Agg", "HOME": paths["scratch"], "OMP_NUM_THREADS": "1",
                  "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
             cwd=paths["scratch"], isolation=self.isolation)
 
-    def run(self, plan: dict, tensors: dict[str, torch.Tensor], seconds: float,
-            watch) -> tuple[sandbox.Reply, Callable[[str], bytes]]:
+    def run(self, plan: dict, tensors: dict[str, torch.Tensor], seconds: float, watch,
+            stages: dict | None = None) -> tuple[sandbox.Reply, Callable[[str], bytes]]:
         """Runs ``plan`` once; returns the harness's answer and a reader of the run's files,
-        which stays valid until the next run."""
+        which stays valid until the next run. ``stages`` (see :meth:`_Attempts.stages`) goes
+        where only the server reads it."""
         if self.session is not None and not self.session.alive:
             self.session.close()
             self.session = None
@@ -237,7 +211,8 @@ class Worker:
             save_file(tensors, str(self.inputs / "inputs.safetensors"))
         else:
             (self.inputs / "inputs.safetensors").write_bytes(b"")
-        for path in self.inputs.iterdir():
+        (self.course / "stages.json").write_text(json.dumps(stages or {"own": [], "stages": []}))
+        for path in (self.inputs / "plan.json", self.inputs / "inputs.safetensors", self.course / "stages.json"):
             path.chmod(0o644)
         self._token = secrets.token_hex(8)
         reply = self.session.request(f"run {self._token}", seconds, watch)
@@ -255,7 +230,7 @@ class Worker:
     def events(self, read: Callable[[str], bytes]) -> list[dict]:
         """The journal of the current run, read with ``read``; empty until that run has begun
         (a journal that an earlier run left, because cleaning up failed, is not this run's)."""
-        events = _parse_journal(read(f"{MOUNTS['out']}/journal.jsonl"))
+        events = journal.parse(read(f"{MOUNTS['out']}/journal.jsonl"))
         if events and events[0]["event"] == "ready" and events[0].get("run") == self._token:
             return events
         return []
@@ -269,22 +244,21 @@ class Worker:
 
 def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
                    worker: Worker, watch: dict[str, list[str]] | None = None,
-                   stand_ins: dict[str, list[str]] | None = None, course_code: dict | None = None) -> RunResult:
+                   stand_ins: dict[str, list[str]] | None = None, course_code: dict[str, dict] | None = None) -> RunResult:
     """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
     the grade_id of the answer cell after which it runs; ``watch`` maps a probe id to the
     torch functions and ATen operators whose calls its trace records (forbidden ones).
-    ``stand_ins`` maps a probe id to the names the course's code stands in for during it: those
-    run after the last cell, with ``course_code`` (see :class:`autograder.harness.CourseCode`).
-    A run that dies is run again without the cell or probe that killed it, as long as attempts
-    and total time remain.
+    ``stand_ins`` maps a probe id to the names the course's code stands in for during it, and
+    ``course_code`` maps it to that code: those probes run after the last cell, one stage of
+    probes with the same code after another, each stage's code given to the run only once every
+    probe before it has ended (see :class:`Stages`). A run that dies is run again without the cell
+    or probe that killed it, as long as attempts and total time remain.
     """
     settings = worker.settings
-    attempts = _Attempts(pre, prepared, probe_cells, worker, stand_ins or {})
+    attempts = _Attempts(pre, prepared, probe_cells, worker, stand_ins or {}, course_code or {})
     attempts.plan["watch"] = watch or {}
-    if attempts.plan["late"]:
-        attempts.plan["course_code"] = course_code
     result = attempts.result
     deadline = time.monotonic() + settings.total_seconds
     for attempt in range(settings.max_attempts):
@@ -299,17 +273,30 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     return result
 
 
+def stages_of(late: list[str], course_code: dict[str, dict]) -> list[list[str]]:
+    """The late probes in stages: each stage the probes (in order) that run with the same course's
+    code, as consecutive probes of one item do."""
+    stages: list[list[str]] = []
+    for pid in late:
+        if stages and course_code[stages[-1][0]] is course_code[pid]:
+            stages[-1].append(pid)
+        else:
+            stages.append([pid])
+    return stages
+
+
 def _plan(cells: list[Cell], prepared: dict[str, Prepared], probe_cells: dict[str, str],
-          stand_ins: dict[str, list[str]]) -> tuple[dict, dict[str, torch.Tensor]]:
+          stand_ins: dict[str, list[str]], course_code: dict[str, dict]) -> tuple[dict, dict[str, torch.Tensor]]:
     """The harness's plan for ``cells`` (the notebook's code cells) and the probes' hidden inputs.
 
     Each answer cell is followed by the probes that check it. A cell that does not run (a test
     cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
-    ``stand_ins`` come after the last cell, in ``late``.
+    ``stand_ins`` come after the last cell, in ``late``, and in ``stages`` by their course's code.
     """
     answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
     late = [pid for pid in prepared if pid in stand_ins]
-    plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": [], "late": late}
+    plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": [], "late": late,
+            "stages": stages_of(late, course_code)}
     for cell in cells:
         runs = cell.role in ("answer", "readonly", "other") and not cell.skip
         probes_here = [pid for pid, gid in probe_cells.items()
@@ -331,20 +318,23 @@ def _plan(cells: list[Cell], prepared: dict[str, Prepared], probe_cells: dict[st
     return plan, tensors
 
 
-def _watchdog(worker: Worker, fired: list[tuple[str, object, float]]) -> Callable[[Callable[[str], bytes]], str | None]:
+def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Callable[[Callable[[str], bytes]], str | None]:
     """A ``watch`` for :meth:`Worker.run`. It stops the run when one cell or probe has been going
-    for too long (and appends that step to ``fired``), or when the run ended and the harness does
-    not answer: the journal, read live from the sandbox's tmpfs, says which step and since when."""
+    for too long (and appends that step to ``fired``), when the run stays between two steps for
+    long (the grader's own work there is quick), or when the run ended and the harness does not
+    answer: the journal, read live from the sandbox's tmpfs, says which step and since when."""
 
     def watch(read):
         events = worker.events(read)
-        step = _running(events)
-        if step and time.time() - step[2] > worker.settings.cell_seconds:
-            fired.append(step)
+        reading = journal.read(events, plan)
+        waited = time.time() - (reading.step_started if reading.open_step else reading.last_time)
+        if not events or reading.tampered:
+            return None
+        if reading.open_step and waited > worker.settings.cell_seconds:
+            fired.append(reading.open_step)
             return "cell time limit"
-        done = [e.get("time", 0.0) for e in events if e["event"] == "done"]
-        if done and time.time() - done[0] > ANSWER_SECONDS:
-            return "no answer after the run"
+        if not reading.open_step and waited > ANSWER_SECONDS:
+            return "no answer after the run" if reading.done else "stuck between two steps"
         return None
 
     return watch
@@ -355,58 +345,72 @@ class _Attempts:
     the result gathered over all runs."""
 
     def __init__(self, pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-                 worker: Worker, stand_ins: dict[str, list[str]]):
-        self.worker, self.prepared = worker, prepared
+                 worker: Worker, stand_ins: dict[str, list[str]], course_code: dict[str, dict]):
+        self.worker, self.prepared, self.course_code = worker, prepared, course_code
         self.cells = [c for c in pre.cells if c.cell_type == "code"]
-        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells, stand_ins)
+        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells, stand_ins, course_code)
         self.owner = {pid: probe_cells[pid] for pid in prepared}
         self.result = RunResult()
 
     def run_once(self, seconds: float) -> bool:
         """Runs the plan once, for at most ``seconds``, and records what it found; True when the
-        run died and may be run again without what killed it."""
+        run did not finish cleanly and may be run again without the step it stopped in."""
         fired = []
-        reply, read = self.worker.run(self.plan, self.tensors, seconds, _watchdog(self.worker, fired))
+        reply, read = self.worker.run(self.plan, self.tensors, seconds, _watchdog(self.worker, self.plan, fired),
+                                      self.stages())
         self.result.output += reply.output
-        events = self.worker.events(read)
-        self._record(events, read)
-        self.plan["skip_probes"] = sorted(self.result.outcomes)
-        if any(e["event"] == "done" for e in events):
+        reading = journal.read(self.worker.events(read), self.plan)
+        code = _exit_code(reply)
+        if reading.done and code == 0 and not reading.tampered:
+            self._record(reading, read)
             return False
-        status, message = _death(reply, bool(fired), self.worker.settings)
-        return self._blame(_running(events), status, message)
+        if reading.tampered or code in (TAMPERED_EXIT, RUN_LOST_ITS_REPORT):
+            why = reading.tampered or ("the run's own code tried to change how it is checked" if code == TAMPERED_EXIT
+                                       else "the run's own code closed or replaced the grader's report channel")
+            self.result.tampering.append(why)
+            status, message = "tampered", f"The grader stopped the run: {why}."
+        else:
+            status, message = _death(reply, bool(fired), self.worker.settings)
+        return self._blame(reading.last_step, status, message)
 
-    def _record(self, events: list[dict], read: Callable[[str], bytes]) -> None:
-        """Takes the cells' errors and the probes' outcomes (and records) from one run's journal."""
+    def stages(self) -> dict:
+        """What the server gives the run of the course's code, and when: each stage's code once the
+        probes before it (``own``, then the stage before) have ended."""
+        skip = set(self.plan["skip_probes"])
+        own = [pid for cell in self.plan["cells"] for pid in cell["probes"] if pid not in skip]
+        return {"own": own, "stages": [{"pids": [pid for pid in stage if pid not in skip],
+                                        "code": self.course_code[stage[0]]} for stage in self.plan["stages"]]}
+
+    def _record(self, reading: journal.Reading, read: Callable[[str], bytes]) -> None:
+        """Takes the cells' errors and the probes' outcomes (and records) from a run that finished."""
         result = self.result
-        for event in events:
-            if event["event"] == "cell_end" and event.get("error"):
-                result.cell_problems[event.get("index")] = str(event["error"])[:2000]
-            if event["event"] != "probe_end" or event.get("probe") not in self.prepared:
+        for (kind, ident), event in reading.ended:
+            if kind == "cell":
+                if event.get("error"):
+                    result.cell_problems[ident] = str(event["error"])[:2000]
                 continue
-            pid = event["probe"]
             if event.get("error"):
                 status = "todo" if event.get("kind") == "todo" else "error"
                 outcome = ProbeOutcome(status, str(event["error"])[:2000])
             elif event.get("saved"):
-                record, problem = _load_record(read(f"{MOUNTS['out']}/{pid}.safetensors"))
+                record, problem = _load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
                 outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
             else:
                 outcome = ProbeOutcome("ok", value=event.get("value"))
-            outcome.ran = _trace(event.get("ran"))
-            result.outcomes[pid] = outcome
+            outcome.ran = reading.ran.get(ident, {})
+            result.outcomes[ident] = outcome
 
-    def _blame(self, step: tuple[str, object, float] | None, status: str, message: str) -> bool:
-        """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe that was
-        running, and takes it out of the plan; a dead answer cell takes the probes that check it
-        along. False when no step was running: nothing to skip, so nothing to retry."""
+    def _blame(self, step: tuple[str, object] | None, status: str, message: str) -> bool:
+        """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe the run was in
+        (or had ended last), and takes it out of the plan; a dead answer cell takes the probes that
+        check it along. False when the run died before its first step: nothing to skip, so nothing
+        to retry."""
         result = self.result
         if step is None:
-            # Died before the first cell, or between steps.
             for pid in self.prepared:
                 result.outcomes.setdefault(pid, ProbeOutcome(status, message + " (before the notebook ran)"))
             return False
-        kind, ident, _ = step
+        kind, ident = step
         if kind == "probe":
             result.outcomes[ident] = ProbeOutcome(status, message)
         else:

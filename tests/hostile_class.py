@@ -306,7 +306,7 @@ def cases(course: Path) -> list[Case]:
               "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n"
               "    try:\n        pass\n    except BaseException:\n        pass\n", {"timeout"}),
         fault("fault_exit", "context_vectors", "import os\nos._exit(0)\n", {"error"}, message="exited"),
-        fault("fault_segfault", "context_vectors", "import ctypes\nctypes.string_at(0)\n", {"killed"}),
+        fault("fault_segfault", "context_vectors", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", {"killed"}),
         fault("fault_memory", "softmax_stable", "import torch\nhog = []\nwhile True:\n"
               "    hog.append(torch.empty(2**28))\n", {"error", "killed"}),
         fault("fault_fork", "softmax_stable", "import os, time\nfor _ in range(2000):\n    if os.fork() == 0:\n"

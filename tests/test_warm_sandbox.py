@@ -1,10 +1,12 @@
-"""Submissions that share a warm sandbox (one ``runner.Worker``) cannot reach each other.
+"""Submissions that share a warm sandbox (one ``runner.Worker``) cannot reach each other or the
+server that starts them.
 
-The first run plays a student who leaves everything behind that could outlive a process: a
-background process, files in every writable folder, System V IPC objects, a POSIX message
-queue and a key in the user keyring. The next run, on the same server, looks for all of it.
-The first run looks for its own leftovers too, at its end: that control proves the search
-finds them, so a clean second run means they are gone, not that the search is blind.
+Each run has a pid, mount and IPC namespace of its own (``autograder/harness/isolate.py``): it
+sees no process but its own, no ``/proc``, and cannot write where its results go. The first run
+here plays a student who leaves behind what could outlive a process (files in every writable
+folder, a process, a thread) and reaches for the server; the next run looks for all of it. The
+first run looks for its own files at its end too: that control proves the search finds them, so a
+clean second run means they are gone, not that the search is blind.
 """
 
 import signal
@@ -17,64 +19,65 @@ from autograder import runner, sandbox
 ISOLATION = sandbox.detect_isolation()
 
 LEAVE = """
-import ctypes, os, subprocess, sys
-libc = ctypes.CDLL(None, use_errno=True)
-subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(120)"])
-for folder in ("/tmp", "/scratch", "/dev/shm", "/grader/out"):
+import os, subprocess, sys, threading
+for folder in ("/tmp", "/scratch", "/dev/shm"):
     with open(f"{folder}/leak.txt", "w") as f:
         f.write("answers of the first student")
 os.makedirs("/scratch/locked/deeper")
 os.chmod("/scratch/locked", 0)
-assert libc.shmget(4242, 4096, 0o1600) >= 0
-assert libc.msgget(4243, 0o1600) >= 0
-assert libc.semget(4244, 1, 0o1600) >= 0
-assert libc.mq_open(b"/leak", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
-key = libc.syscall(248, b"user", b"leak", b"secret", 6, -4)  # add_key(..., KEY_SPEC_USER_KEYRING)
-assert key > 0, ctypes.get_errno()
+refused = []
+for start in (lambda: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]), os.fork,
+              lambda: threading.Thread(target=lambda: None).start()):
+    try:
+        start()
+    except PermissionError:
+        refused.append(True)
+try:
+    open("/grader/out/leak.txt", "w")
+except OSError:
+    refused.append(True)
+print("REFUSED", len(refused))
 """
 
 FIND = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-found = []
-others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
-if others:
-    found.append(f"processes {others}")
-for folder in ("/tmp", "/scratch", "/dev/shm", "/grader/out", "/dev/mqueue"):
-    left = sorted(set(os.listdir(folder)) - {"journal.jsonl", ".ipython"})
+import os
+found = [f"/proc: {os.listdir('/proc')}"] if os.listdir("/proc") else []
+for folder in ("/tmp", "/scratch", "/dev/shm", "/dev/mqueue"):
+    left = sorted(set(os.listdir(folder)) - {".ipython"})
     if left:
         found.append(f"{folder}: {left}")
-for name, ident in (("shm", libc.shmget(4242, 0, 0)), ("msg", libc.msgget(4243, 0)), ("sem", libc.semget(4244, 0, 0))):
-    if ident >= 0:
-        found.append(f"System V {name}")
-if libc.mq_open(b"/leak", os.O_RDONLY) >= 0:
-    found.append("message queue")
-if libc.syscall(250, 10, -4, b"user", b"leak", 0) > 0:  # keyctl(KEYCTL_SEARCH, KEY_SPEC_USER_KEYRING, ...)
-    found.append("key")
 print("FOUND", found)
 """
 
-SERVER = """
-import os
-server = os.getppid()
-print("SERVER", server)
-for path in (f"/proc/{server}/mem", f"/proc/{server}/environ"):
-    try:
-        open(path, "rb").read(1)
-        print("READ", path)
-    except OSError:
-        pass
+REACH = """
+import os, resource, threading
+own = {os.getpid(), 1} | {thread.native_id for thread in threading.enumerate()}  # 1: the run's own init
+reached = []
+for pid in range(1, 200):
+    if pid in own:
+        continue
+    for name, reach in (("kill", lambda: os.kill(pid, 0)),
+                        ("prlimit", lambda: resource.prlimit(pid, resource.RLIMIT_FSIZE, (1024, 1024))),
+                        ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+                        ("affinity", lambda: os.sched_setaffinity(pid, {0}))):
+        try:
+            reach()
+            reached.append((name, pid))
+        except OSError:
+            pass
 try:
-    os.listdir(f"/proc/{server}/fd")
-    print("READ fd")
+    os.setpriority(os.PRIO_USER, os.getuid(), 19)
 except OSError:
     pass
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # its own: the next run starts from the server's
+os.nice(19)
+print("REACHED", reached)
 """
 
 
 def plan(*sources):
     return {"cells": [{"index": i, "source": textwrap.dedent(s), "probes": []} for i, s in enumerate(sources)],
-            "calls": {}, "skip_cells": [], "skip_probes": []}
+            "calls": {}, "skip_cells": [], "skip_probes": [], "watch": {}}
 
 
 def run(worker, *sources):
@@ -86,9 +89,9 @@ def run(worker, *sources):
     return errors, reply.output
 
 
-def found(output):
-    line = next(line for line in output.splitlines() if line.startswith("FOUND"))
-    return eval(line[len("FOUND "):])  # a list literal printed by FIND
+def printed(output, key):
+    line = next(line for line in output.splitlines() if line.startswith(key))
+    return eval(line[len(key) + 1:])  # a literal printed by the cell
 
 
 @pytest.fixture
@@ -101,21 +104,25 @@ def worker():
 
 def test_a_run_finds_nothing_that_the_run_before_it_left(worker):
     errors, output = run(worker, FIND)
-    assert errors == []
-    fresh = found(output)  # what a fresh sandbox holds: bubblewrap's folders for a venv under /tmp, say
+    assert errors == [] and printed(output, "FOUND") == []
     errors, output = run(worker, LEAVE, FIND)
-    assert errors == []
-    control = found(output)
-    assert len(control) == 11, control  # a process, 5 folders, 3 System V objects, a queue, a key
+    assert errors == [] and printed(output, "REFUSED") == 4, output  # a process, a fork, a thread, the results
+    control = printed(output, "FOUND")
+    assert len(control) == 3, control  # the three folders
     errors, output = run(worker, FIND)
-    assert errors == [] and found(output) == fresh
+    assert errors == [] and printed(output, "FOUND") == []
 
 
-def test_runs_share_the_server_but_cannot_read_or_trace_it(worker):
-    outputs = [run(worker, SERVER)[1] for _ in range(2)]
-    servers = [line for output in outputs for line in output.splitlines() if line.startswith("SERVER")]
-    assert len(servers) == 2 and servers[0] == servers[1], outputs  # one warm server served both
-    assert "READ" not in "".join(outputs), outputs
+def test_a_run_reaches_neither_the_server_nor_the_runs_after_it(worker):
+    """No signal, limit, priority or CPU set reaches outside a run's own pid namespace (where the
+    only other process is the run's own init, which holds nothing and ignores signals); what a
+    run changes of its own state, the next one does not start from."""
+    errors, output = run(worker, REACH)
+    assert errors == [] and printed(output, "REACHED") == [], output
+    errors, output = run(worker, "import os, resource\nprint('STATE', [resource.getrlimit(resource.RLIMIT_FSIZE)[0], "
+                                 "os.getpriority(os.PRIO_PROCESS, 0)])")
+    assert errors == [] and printed(output, "STATE") == [runner.RunSettings().file_size_bytes, 0], output
+    assert worker.session.alive and worker._served == 2  # the same warm server served both
 
 
 def test_a_run_that_crashes_or_hangs_costs_only_itself(worker):
@@ -129,10 +136,11 @@ def test_a_run_that_crashes_or_hangs_costs_only_itself(worker):
     assert errors == [] and "fresh 42" in output
 
 
-def test_a_run_sees_its_own_plan_only(worker):
+def test_a_run_sees_its_own_plan_only_and_no_course_code(worker):
     run(worker, "token = 'alpha-one-'")
-    errors, output = run(worker, "print('LEFT', ('alpha' + '-one-') in open('/grader/in/plan.json').read())")
-    assert errors == [] and "LEFT False" in output, output
+    errors, output = run(worker, "import os\nprint('LEFT', (('alpha' + '-one-') in open('/grader/in/plan.json').read(), "
+                                 "os.listdir('/grader/in/course'), os.listdir('/grader/out')))")
+    assert errors == [] and printed(output, "LEFT") == (False, [], []), output
 
 
 def test_a_server_lost_between_runs_costs_the_next_run_nothing(worker):

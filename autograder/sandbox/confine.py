@@ -23,6 +23,12 @@ grader runs several at once (torch's threads count as processes too).
   creates the user namespace itself (``--unshare-user --uid 65534 --disable-userns``); the wrapper
   sets the limits inside it, so again they count this sandbox alone.
 
+A warm session's server (:mod:`autograder.harness`) keeps one capability, ``CAP_SYS_ADMIN`` in the
+sandbox's own user namespace (never the host's), and nothing else: with it, it gives every run a
+pid, mount and IPC namespace of its own, so that no run can reach the server or the runs after it
+(see :mod:`autograder.harness.isolate`). Each run drops it before any student code. A one-shot
+command (:func:`~autograder.sandbox.run_sandboxed`) gets none.
+
 Memory: ``RLIMIT_AS`` is per process. ``import torch`` and a small forward/backward need about
 0.7 GiB of address space with 2 threads and 1.5 GiB with 16, so the default of 4 GiB lets torch
 work while a 50 GB allocation fails at once. A process can still fork up to ``processes`` children
@@ -37,6 +43,8 @@ from dataclasses import dataclass
 
 SANDBOX_UID = 65534
 """uid and gid of the student's process (``nobody``/``nogroup`` on Debian)."""
+_CAP_SYS_ADMIN = 21
+_SYS_CAPGET, _SYS_CAPSET = {"x86_64": (125, 126), "aarch64": (90, 91)}.get(os.uname().machine, (None, None))
 
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
@@ -68,6 +76,12 @@ if spec["drop_root"]:
                        ("/proc/sys/user/max_user_namespaces", "0")):
         with open(path, "w") as f:
             f.write(text)
+    if spec["keep_sys_admin"]:  # inheritable, then ambient: it survives the exec (bwrap does this when not root)
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+        libc.syscall({_SYS_CAPGET}, header, data)
+        data[2] |= 1 << {_CAP_SYS_ADMIN}
+        if libc.syscall({_SYS_CAPSET}, header, data) != 0 or libc.prctl(47, 2, {_CAP_SYS_ADMIN}, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "keeping CAP_SYS_ADMIN for the server")
 for name, value in spec["rlimits"]:
     resource.setrlimit(getattr(resource, name), (value, value))
 os.execvp(sys.argv[2], sys.argv[2:])
@@ -108,8 +122,9 @@ class Isolation:
 
 
 def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
-                info_fd: int, data_fds: list[int]) -> list[str]:
-    """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`."""
+                info_fd: int, data_fds: list[int], serve: bool = False) -> list[str]:
+    """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`; with
+    ``serve``, the command keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace (see above)."""
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--info-fd", str(info_fd)]
@@ -117,7 +132,7 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for _WRAPPER's drop
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-                 "--disable-userns"]
+                 "--disable-userns", *(["--cap-add", "CAP_SYS_ADMIN"] if serve else [])]
     made = {"/"}
 
     def parents(dest: str) -> list[str]:

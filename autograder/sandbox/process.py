@@ -59,6 +59,7 @@ def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str,
                     ("RLIMIT_FSIZE", limits.file_size_bytes), ("RLIMIT_CORE", 0)],
         "drop_root": sandboxed and os.geteuid() == 0,
         "writable": list(writable.values()) if sandboxed else [],
+        "keep_sys_admin": sandboxed and serve,
     }
     env = dict(env)
     child_ends: list[int] = []  # closed here once the child holds its copies
@@ -82,7 +83,7 @@ def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str,
         info_w = child_ends[-1]
         data_fds = [_data_fd(_PASSWD, child_ends), _data_fd(_GROUP, child_ends)]
         command = [shutil.which("bwrap") or "bwrap",
-                   *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds),
+                   *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds, serve),
                    "--", *command]
     start = time.monotonic()
     proc = subprocess.Popen(command, stdin=stdin, stdout=out_w,

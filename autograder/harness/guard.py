@@ -1,0 +1,321 @@
+"""A run's guard: what keeps the code a run executes from changing how the run is checked.
+
+Student code and the probes share one process, so the probes' trace and records cannot be out of
+the student's reach the way the server is. The guard makes every way we know of to change them
+either impossible or visible; a run that tries one exits at once with :data:`TAMPERED_EXIT`, which
+the trusted side reads as tampering, whatever the run reported before.
+
+* **An audit hook** (PEP 578: once added, no Python code can remove it). It ends the run on what
+  only an attack does (``ctypes``, which writes any memory; ``gc.get_objects`` and its kin, which
+  find any object; ``sys.settrace``/``setprofile``, which rewrite a running frame's variables;
+  ``sys._current_frames``; assigning a function's ``__code__`` or defaults; loading a module
+  again) and refuses what a grading run has no use for (new processes and threads).
+* **Frozen classes**: the trace's classes, PyTorch's mode classes, ``torch.Tensor``, the JSON
+  encoder and this package's classes get ``Py_TPFLAGS_IMMUTABLETYPE``, so none of their methods can
+  be replaced.
+* **A snapshot** of every function the trusted code calls (the harness, the probes, json,
+  safetensors, the parts of PyTorch that run a probe or switch a trace), compared before and after
+  every probe.
+* **PyTorch's switches of the trace** (popping a mode, disabling Python dispatch or torch
+  functions, excluding dispatch keys, calling a kernel for a given key, redispatching): while a
+  probe runs, only PyTorch itself and the grader may use them; the originals are out of reach.
+
+What the trace sees is reported as it happens (:func:`trace`), so nothing a student's code does
+later can take it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import sys
+import types
+import warnings
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from transformer_lm.sandboxed import probes
+
+TAMPERED_EXIT = 87
+"""The exit status of a run that its own code tried to tamper with."""
+IMMUTABLE_TYPE = 1 << 8
+"""``Py_TPFLAGS_IMMUTABLETYPE``: a class whose attributes cannot be set or deleted."""
+CELL_FILE = re.compile(r"<ipython-input-(\d+)-")
+"""How IPython names a cell's code: by the execution count it ran under."""
+COURSE_CODE_COUNT = -1
+"""What a note records for a frame of the course's code (:data:`~transformer_lm.sandboxed.probes.COURSE_CODE_FILE`)."""
+ATTACKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+                     "sys._current_frames"})
+"""Audit events only an attack raises (besides every ``ctypes.*`` event)."""
+REFUSED = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+                     "subprocess.Popen", "_thread.start_new_thread", "pty.spawn"})
+"""Audit events a grading run refuses: a run makes no processes and no threads."""
+FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+SWITCHES = ("_op_dk", "redispatch_boxed")
+"""How an operator can be called past the dispatcher's own entry, for a dispatch key or key set
+the caller chooses: an operator's kernel caller (``OpOverload._op_dk``) and its handle's
+``redispatch_boxed``. Nothing then sees the call, neither a Python mode nor PyTorch's profiler; so
+while a probe runs, only the grader's own code may use them."""
+PROFILER_SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enable_profiler_legacy",
+                     "_disable_profiler_legacy")
+"""PyTorch's profiler, which the harness runs as a second witness of every operator a probe calls
+(:mod:`harness.run`): while a probe runs, only the grader's own code may start or stop it."""
+WATCHED_MODULES = ("json", "json.encoder", "json.decoder", "safetensors", "safetensors.torch", "torch._C",
+                   "torch._C._autograd", "torch.overrides", "torch.utils._python_dispatch", "torch.autograd.graph")
+"""Modules whose functions the trusted code calls: how a probe's trace is switched on and off, and
+how its record is written (with the grader's own modules, :func:`snapshot`)."""
+
+
+def freeze(*classes: type) -> None:
+    """Makes ``classes`` immutable: no attribute of theirs can be set or deleted any more (their
+    subclasses and instances stay as they are)."""
+    offset = next(off for off in range(0, 512, 8)
+                  if all(ctypes.c_ulong.from_address(id(t) + off).value == t.__flags__ for t in (int, str, dict, type)))
+    for cls in classes:
+        ctypes.c_ulong.from_address(id(cls) + offset).value |= IMMUTABLE_TYPE
+
+
+def _codes(objects) -> set[types.CodeType]:
+    """The code objects of ``objects`` (functions, classes' methods), nested ones included."""
+    todo = []
+    for obj in objects:
+        if isinstance(obj, types.FunctionType):
+            todo.append(obj.__code__)
+        elif isinstance(obj, type):
+            todo += [m.__code__ for m in vars(obj).values() if isinstance(m, types.FunctionType)]
+            todo += [m.__func__.__code__ for m in vars(obj).values()
+                     if isinstance(m, (staticmethod, classmethod)) and isinstance(m.__func__, types.FunctionType)]
+    codes = set()
+    while todo:
+        code = todo.pop()
+        codes.add(code)
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return codes
+
+
+def _own(name: str) -> bool:
+    """Whether a module is the grader's: this package, or the probes."""
+    return name == __package__ or name.startswith(f"{__package__}.") or name == probes.__name__
+
+
+def snapshot() -> tuple[tuple[dict, str, object], ...]:
+    """What the trusted code calls, by module and name: every name of the grader's own modules,
+    and every function, class and module of the watched modules."""
+    entries = []
+    for name in [m for m in sys.modules if m in WATCHED_MODULES or _own(m)]:
+        space = vars(sys.modules[name])
+        entries += [(space, key, value) for key, value in space.items()
+                    if _own(name) or callable(value) or isinstance(value, types.ModuleType)]
+    return tuple(entries)
+
+
+def checker(send, entries: tuple[tuple[dict, str, object], ...]):
+    """``checked()``: ends the run when a name of ``entries`` no longer holds what it held."""
+
+    def checked(_entries=entries, _send=send, _exit=os._exit) -> None:
+        for space, name, value in _entries:
+            if space.get(name) is not value:
+                try:
+                    _send("tampered", what=f"{name} was replaced")
+                finally:
+                    _exit(TAMPERED_EXIT)
+
+    return checked
+
+
+def own_classes() -> list[type]:
+    """The classes this package and the probes define."""
+    return [value for name, module in list(sys.modules.items()) if _own(name)
+            for value in vars(module).values() if isinstance(value, type) and value.__module__ == name]
+
+
+def trusted_code() -> frozenset[types.CodeType]:
+    """The grader's own code objects in this process: this package's and the probes'."""
+    objects = [value for name, module in list(sys.modules.items()) if _own(name)
+               for value in vars(module).values()]
+    return frozenset(_codes(objects))
+
+
+def prepare(probe_code: types.CodeType) -> tuple:
+    """Done once in the server, before any run: freezes the classes a probe goes through, puts
+    every switch of the trace behind a guard (:func:`_guards`), and returns the snapshot of what
+    the trusted code calls, for :func:`checker`. ``probe_code`` is the code of the harness's probe
+    call: a probe runs while a frame of it is on the stack."""
+    _guards(trusted_code(), probe_code)
+    freeze(*FROZEN_CLASSES(), *own_classes())
+    return snapshot()
+
+
+def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once torch and json are loaded
+    """PyTorch's and json's classes that a probe's trace and record go through."""
+    import json
+
+    return (torch.Tensor, TorchDispatchMode, TorchFunctionMode, torch._ops.OpOverload, torch._ops.OpOverloadPacket,
+            torch._C._DispatchOperatorHandle, json.JSONEncoder, json.JSONDecoder)
+
+
+GUARD_MARK: dict = {}
+"""The globals of every guard: how the audit hook knows one (a function's globals cannot be changed)."""
+GUARD_SOURCE = '''
+def guard(*args, **kwargs):
+    "CHECK"("NAME")
+    return "ORIGINAL"(*args, **kwargs)
+'''
+MADE_SOURCE = '''
+def made(*args, **kwargs):
+    return "GUARD_RESULT"("ORIGINAL"(*args, **kwargs))
+'''
+
+
+def _with_constants(source: str, name: str, constants: dict) -> types.FunctionType:
+    """The function ``source`` defines, with each string constant of ``constants`` replaced by its
+    object (``"ORIGINAL"(...)`` then calls the original): those objects are then reachable only
+    through the function's ``__code__``, which the audit hook does not let a run read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # calling a str: it is a placeholder
+        module = compile(source, "<the grader's guard>", "exec")
+    code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    code = code.replace(co_consts=tuple(constants.get(c, c) if isinstance(c, str) else c for c in code.co_consts))
+    return types.FunctionType(code, GUARD_MARK, name)
+
+
+def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> None:
+    """Puts every switch behind a guard (:data:`SWITCHES`, :data:`PROFILER_SWITCHES`), wherever a
+    loaded module holds it, and the kernel caller of every operator made later too (through
+    ``_get_operation_overload``). A guard calls its switch outside a probe; during one, only when
+    the grader's own code calls it, and otherwise ends the run as tampered."""
+
+    def check(name: str, _getframe=sys._getframe, _exit=os._exit, _trusted=trusted, _probe=probe_code,
+              _stderr=sys.__stderr__, _status=TAMPERED_EXIT) -> None:
+        frame, caller, probes = _getframe(2), _getframe(2).f_code, 0
+        while frame is not None:
+            probes += frame.f_code is _probe
+            frame = frame.f_back
+        if probes > 1 or (probes and caller not in _trusted):
+            _stderr.write(f"The grader stopped this run: {name} takes PyTorch's calls past the grader's trace.\n")
+            _exit(_status)
+
+    def guarded(original, name: str):
+        return _with_constants(GUARD_SOURCE, name, {"CHECK": check, "NAME": name, "ORIGINAL": original})
+
+    def guard_result(overload):
+        """``_get_operation_overload``'s result with the kernel caller guarded."""
+        op, op_dk, *rest = overload
+        return (op, guarded(op_dk, "an operator's kernel caller"), *rest)
+
+    profiler = vars(torch._C._autograd)
+    found = {id(profiler[n]): (profiler[n], guarded(profiler[n], n)) for n in PROFILER_SWITCHES}
+    overload = torch._C._get_operation_overload
+    found[id(overload)] = (overload, _with_constants(MADE_SOURCE, "_get_operation_overload",
+                                                     {"GUARD_RESULT": guard_result, "ORIGINAL": overload}))
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if isinstance(space, dict):
+            for name, value in list(space.items()):
+                if id(value) in found and value is found[id(value)][0]:
+                    space[name] = found[id(value)][1]
+    handle = torch._C._DispatchOperatorHandle
+    handle.redispatch_boxed = guarded(handle.redispatch_boxed, "redispatch_boxed")
+    for namespace in vars(torch.ops).values():
+        for packet in list(getattr(namespace, "__dict__", {}).values()):
+            for op in list(getattr(packet, "__dict__", {}).values()):
+                if isinstance(op, torch._ops.OpOverload):
+                    op._op_dk = guarded(op._op_dk, "an operator's kernel caller")
+
+
+def install(send) -> None:
+    """Adds the run's audit hook (see the module docstring). Everything it uses is its own, out of
+    reach; it reports with ``send(event, **fields)`` before it ends a run."""
+    exit_, modules, attacks, refused, parts, mark = os._exit, sys.modules, ATTACKS, REFUSED, FUNCTION_PARTS, GUARD_MARK
+    trusted = trusted_code()
+
+    def tamper(what: str):
+        with contextlib.suppress(BaseException):
+            send("tampered", what=what)
+        exit_(TAMPERED_EXIT)
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith("ctypes.") or event in attacks:
+            tamper(event)
+        elif event in refused:
+            raise PermissionError(f"a grading run starts no processes or threads ({event})")
+        elif event in ("object.__setattr__", "object.__delattr__") and args[1] in parts and (
+                args[1] == "__code__" or getattr(args[0], "__code__", None) in trusted):
+            tamper(f"{event} {args[1]}")  # namedtuple sets its own functions' defaults: only the grader's are kept
+        elif event == "object.__getattr__" and args[1] == "__code__" and getattr(args[0], "__globals__", None) is mark:
+            tamper("reading a guard's code")
+        elif event == "import" and args[0] in modules:
+            tamper(f"loading {args[0]} again")
+
+    _refuse(REFUSED_FUNCTIONS)
+    sys.addaudithook(hook)
+
+
+REFUSED_FUNCTIONS = {"_thread": ("start_new_thread", "start_new"), "_posixsubprocess": ("fork_exec",),
+                     "_signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
+                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd")}
+"""What a grading run has no use for, and that no audit event covers: starting a thread (its code
+would run beside the probes, outside their view), starting a program past ``subprocess``'s audit
+event, and handling signals (a handler runs in the middle of the grader's own code)."""
+
+
+def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
+    """Replaces each of ``functions`` (module name -> names), wherever a loaded module holds it, by
+    a function that refuses; the originals are dropped (loading their module again is refused)."""
+    found = {}
+    for module, names in functions.items():
+        for name in names:
+            original = getattr(sys.modules.get(module), name, None)
+            if original is not None:
+                found[id(original)] = (original, _refusal(f"{module}.{name}"))
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if isinstance(space, dict):
+            for name, value in list(space.items()):
+                if id(value) in found and value is found[id(value)][0]:
+                    space[name] = found[id(value)][1]
+
+
+def _refusal(name: str):
+    def refused(*args, **kwargs):
+        raise PermissionError(f"a grading run starts no threads or programs and handles no signals ({name})")
+
+    return refused
+
+
+def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
+    """A torch-function mode and a dispatch mode that report each call of a function or ATen
+    operator of ``names`` as it happens, with the execution counts of the notebook cells on the
+    stack (innermost first); frozen, and with nothing of their own to change."""
+
+    def note(name: str, _names=names, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
+             _course=probes.COURSE_CODE_FILE) -> None:
+        if name not in _names:
+            return
+        counts, frame = [], _getframe(2)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            match = _cell(filename)
+            count = int(match.group(1)) if match else COURSE_CODE_COUNT if filename == _course else None
+            if count is not None and count not in counts:
+                counts.append(count)
+            frame = frame.f_back
+        _send("ran", name=name, counts=counts)
+
+    class FunctionNames(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note):
+            _note(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    class OperatorNames(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note):
+            _note(func.name())
+            return func(*args, **(kwargs or {}))
+
+    freeze(FunctionNames, OperatorNames)
+    return FunctionNames, OperatorNames
+

@@ -1,0 +1,218 @@
+"""The run: a student's notebook code and the probes of each graded item, in the sandbox.
+
+A run is a process of its own (:mod:`autograder.harness.isolate`), forked from the warm server
+(:mod:`autograder.harness.serve`). It reads the plan and hidden inputs the trusted side has just
+written, runs each code cell of the plan in an IPython shell (so magics work as in Jupyter), and
+after the answer cell of an item runs that item's probe calls. It reports every step through
+its server (:mod:`autograder.harness.report`): ``cell_start`` and ``cell_end``, ``probe_start``
+and ``probe_end``, each probe's record as a file, and ``done``. The trusted side reads the
+journal to know what finished, and where a run that died (timeout, memory, segfault,
+``os._exit``) was at that moment.
+
+This package is copied into the sandbox on its own: it imports only the standard library, torch,
+safetensors, IPython and ``transformer_lm/sandboxed`` (the probes and how a call travels,
+:func:`transformer_lm.sandboxed.probes.call_probe`), never the grader, the hidden checks or the
+reference. It judges nothing.
+
+A run of the plan's ``late`` probe calls gets the course's own code for the answers that those
+probes' items build on (:class:`CourseCode`), and nothing else of the course: an item that builds
+on a wrong earlier answer is judged by such a run, so that one mistake costs points once.
+"""
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+import types
+
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+from safetensors.torch import load_file, save
+
+import transformer_lm
+from transformer_lm.sandboxed import probes
+
+from . import guard, report
+
+MAX_MESSAGE = 2000
+MAX_VALUE = 20000
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` and where in the student's cells it was raised, bounded.
+
+    Only frames of notebook cells are named: the harness and library internals mean
+    nothing to a student and are nobody else's business.
+    """
+    if isinstance(error, probes.ProbeError):
+        return str(error)[:MAX_MESSAGE]
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    cells = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<ipython-input")]
+    if cells:
+        frame = cells[-1]
+        text += f" (in {frame.name}, line {frame.lineno} of its cell: {(frame.line or '').strip()})"
+    return text[:MAX_MESSAGE]
+
+
+class CourseCode:
+    """The course's reference (``transformer_lm.reference``, sent as text: it is not importable
+    here) and its stand-ins for students' answers, in the assignment's API
+    (``<checks_dir>/stand_ins/<assignment>.py``), both compiled under
+    :data:`~transformer_lm.sandboxed.probes.COURSE_CODE_FILE`."""
+
+    def __init__(self, code: dict):
+        reference = types.ModuleType("transformer_lm.reference")
+        reference.__file__ = probes.COURSE_CODE_FILE
+        sys.modules[reference.__name__] = reference  # dataclasses look their module up there
+        exec(compile(code["reference"], probes.COURSE_CODE_FILE, "exec"), reference.__dict__)
+        transformer_lm.reference = reference
+        self.stand_ins = compile(code["stand_ins"], probes.COURSE_CODE_FILE, "exec")
+        self.names = set(code["names"])
+
+    @contextlib.contextmanager
+    def standing_in(self, namespace: dict, names: list[str]):
+        """``namespace`` with the course's objects under ``names`` while the block runs. The
+        stand-ins run in a copy of the namespace, so that the names they look up (a class they
+        build, a function they call) are the student's own, except those stood in for."""
+        scope = dict(namespace)
+        exec(self.stand_ins, scope)
+        for name in self.names - set(names):
+            if name in namespace:
+                scope[name] = namespace[name]
+            else:
+                scope.pop(name, None)
+        saved = {name: namespace[name] for name in names if name in namespace}
+        namespace.update({name: scope[name] for name in names})
+        try:
+            yield
+        finally:
+            for name in names:
+                if name in saved:
+                    namespace[name] = saved[name]
+                else:
+                    namespace.pop(name, None)
+
+
+def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standing_in=None) -> None:
+    """Runs the planned call ``pid`` (its plan as JSON text: a fresh copy for each call) on the
+    student's objects under the trace, and reports its record, value or error. ``io`` is the
+    run's ``(send, send_file, checked, trace)``: ``checked()`` ends the run if anything the grader
+    calls has changed since the run began: before the call, after it, and once its end is reported
+    (what the student's code left to run later is caught then)."""
+    send, send_file, checked, trace = io
+    checked()
+    send("probe_start", probe=pid)
+    try:
+        call = json.loads(call_text)
+        owner = call.get("tensors_of", pid)
+        own = {name: tensors[probes.tensor_key(owner, name)] for name in call["tensor_keys"]}
+        with standing_in or contextlib.nullcontext(), trace[0](), trace[1]():
+            value = probes.call_probe(call, namespace, own)
+        checked()
+        record = probes.as_record(value)
+        if record is not None:
+            send_file(f"{pid}.safetensors", save(record))
+            send("probe_end", probe=pid, saved=True)
+        else:
+            send("probe_end", probe=pid, value=plain_value(value))
+    except BaseException as error:  # noqa: BLE001 - anything a student object raises is a result
+        checked()
+        send("probe_end", probe=pid, error=describe(error), kind="todo" if isinstance(error, NotImplementedError) else "error")
+    checked()
+
+
+def plain_value(value):
+    """A probe's plain value as JSON takes it (numbers, strings, lists and string-keyed dicts of
+    them), or None: nothing a student's object could make speak for itself."""
+    if type(value) in (int, float, bool, str) or value is None:
+        return value if type(value) is not str or len(value) <= MAX_VALUE else None
+    if type(value) in (list, tuple) and len(value) <= MAX_VALUE:
+        items = [plain_value(item) for item in value]
+        return None if any(item is None for item in items) else items
+    if type(value) is dict and len(value) <= MAX_VALUE and all(type(key) is str for key in value):
+        items = {key: plain_value(item) for key, item in value.items()}
+        return None if any(item is None for item in items.values()) else items
+    return None
+
+
+def run_cell(shell, cell: dict, send) -> None:
+    """Runs one cell of the plan in the shell, between its reported start and end."""
+    send("cell_start", index=cell["index"], count=shell.execution_count)
+    result = shell.run_cell(cell["source"], store_history=True)
+    error = result.error_before_exec or result.error_in_exec
+    send("cell_end", index=cell["index"], error=describe(error) if error else None)
+
+
+def _shell() -> InteractiveShell:
+    """An IPython shell without its history, which would write in a thread of its own."""
+    config = Config()
+    config.HistoryManager.enabled = False
+    return InteractiveShell.instance(config=config)
+
+
+def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> None:
+    """Runs one submission's plan, in a process of its own, reporting on ``report_fd`` and
+    reading each stage's course code from ``course_fd``; never returns.
+
+    What the grader relies on while student code runs lives in this function's own variables,
+    which no code can rebind, and in immutable objects (see :mod:`harness.guard`)."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    calls = types.MappingProxyType({pid: json.dumps(call) for pid, call in plan.pop("calls").items()})
+    skip = frozenset(plan["skip_probes"])
+    tensors = types.MappingProxyType(load_file(inputs_path) if os.path.getsize(inputs_path) else {})
+    send, send_file = report.senders(report_fd)
+    shell = _shell()
+    trace = guard.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
+    io = (send, send_file, guard.checker(send, PREPARED[0]), trace)
+    guard.install(send)
+    for cell in plan.pop("cells"):
+        if cell["index"] not in plan["skip_cells"]:
+            run_cell(shell, cell, send)
+        for pid in cell["probes"]:
+            if pid not in skip:
+                probe(pid, calls[pid], tensors, shell.user_ns, io)
+    for stage in plan.get("stages", ()):
+        course = CourseCode(report.receive(course_fd))
+        for pid in stage:
+            if pid not in skip:
+                names = json.loads(calls[pid])["stand_ins"]
+                probe(pid, calls[pid], tensors, shell.user_ns, io, course.standing_in(shell.user_ns, names))
+    send("done")
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: student atexit hooks cannot change the outcome
+
+
+class _Tiny(torch.nn.Module):
+    """A small attention-like module for :func:`warm_up`."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        scores = self.linear(x) @ x.transpose(-2, -1) / 2.0  # (B, T, T)
+        mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), diagonal=1)
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ x  # (B, T, 4)
+
+
+def warm_up() -> None:
+    """Imports what the course's notebooks use and probes a small module once, traced, so that
+    every forked run starts with torch's lazy set-up done (a probe's first call alone imports
+    sympy, and the first traced call sets up Python dispatch)."""
+    import matplotlib.pyplot  # noqa: F401
+    import numpy  # noqa: F401
+
+    from transformer_lm.sandboxed import test_values, viz  # noqa: F401
+
+    with probes.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s
+        probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
+    PREPARED[:] = [guard.prepare(probe.__code__)]
+
+
+PREPARED: list = []
+"""What :func:`warm_up` made ready for every run: the snapshot of what the trusted code calls."""
+
+

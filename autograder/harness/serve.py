@@ -1,0 +1,233 @@
+"""The warm server: one sandbox, many runs, none of which can reach another.
+
+    python -m harness.serve PLAN.json INPUTS.safetensors OUT_DIR [--isolated] [--wipe DIR ...]
+                            [--memory BYTES]
+
+It imports what notebooks use once, then for each ``run TOKEN`` line on its standard input
+starts a run (:mod:`harness.run`) in namespaces of its own (:mod:`harness.isolate`), writes what
+the run reports into ``OUT_DIR`` (:mod:`harness.report`), watches the run's memory and CPU, and
+answers with the run's wait status, ``more`` or ``last``, and ``memory`` when it stopped the run
+for holding too much. Starting Python and importing torch is most of the cost of grading a
+submission, and this pays it once per sandbox instead of once per submission.
+
+The server never reads a plan or runs student code, so a run holds nothing of another
+submission; it cannot be traced or read (it is not dumpable), and no run can name it (it is not
+in the runs' pid namespace). The token of a run stays here: the journal's first line, which names
+the run, is the server's. Before each run it empties the writable folders named by ``--wipe``;
+after each run, with ``--isolated`` (only in a private pid namespace), it kills every other
+process, removes System V IPC objects, clears the user keyrings and checks its own state; if
+any of that fails, it serves no further run. Without ``--isolated`` it serves one run.
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+
+from . import isolate, report, run
+
+PR_SET_DUMPABLE = 4
+KEYCTL_CLEAR = 7
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
+IPC_RMID = 0
+LEFTOVER_SECONDS = 5.0
+CHECK_SECONDS = 0.05
+"""How often the server looks at a run's memory and CPU."""
+COURSE_PIPE_BYTES = 2**20
+"""Room for every stage of the course's code at once, so that giving it never waits for the run."""
+
+
+def wipe(folder: str, keep: set[str]) -> None:
+    """Empties ``folder`` of what runs wrote there, whatever permissions they left on it (it
+    belongs to this uid, so its rights can be taken back). ``keep`` names what the folder held
+    before any run (the folders bubblewrap made under ``/tmp`` to mount a virtual environment
+    that lives there, say): those are not this uid's, and runs cannot change them."""
+    for entry in os.scandir(folder):
+        if entry.name in keep:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            os.chmod(entry.path, 0o700)
+            for parent, names, _ in os.walk(entry.path):
+                for name in names:
+                    path = os.path.join(parent, name)
+                    if not os.path.islink(path):
+                        os.chmod(path, 0o700)
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    if set(os.listdir(folder)) - keep:
+        raise RuntimeError(f"{folder} could not be emptied")
+
+
+def end_leftovers() -> None:
+    """Kills every process of this pid namespace but pid 1 (the sandbox's init) and this one,
+    and waits until none of them can run any more."""
+    me = os.getpid()
+    deadline = time.monotonic() + LEFTOVER_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        if not [pid for pid in os.listdir("/proc") if pid.isdigit() and int(pid) not in (1, me) and running(pid)]:
+            return
+        time.sleep(0.005)
+    raise RuntimeError("processes of a run could not be ended")
+
+
+def running(pid: str) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def clear_ipc(libc) -> None:
+    """Removes the System V shared memory, message queues and semaphores a run left behind:
+    they outlive processes, and the next submission must not find them."""
+    removers = {"shm": lambda ident: libc.shmctl(ident, IPC_RMID, None),
+                "msg": lambda ident: libc.msgctl(ident, IPC_RMID, None),
+                "sem": lambda ident: libc.semctl(ident, 0, IPC_RMID)}
+    for kind, remove in removers.items():
+        with open(f"/proc/sysvipc/{kind}") as f:
+            idents = [int(line.split()[1]) for line in f.readlines()[1:] if line.strip()]
+        for ident in idents:
+            remove(ident)
+        with open(f"/proc/sysvipc/{kind}") as f:
+            if len([line for line in f if line.strip()]) > 1:
+                raise RuntimeError(f"System V {kind} objects could not be removed")
+
+
+def clear_keys(libc) -> None:
+    """Empties the user keyrings, which outlive processes. Where keyctl is refused (a
+    container's seccomp profile), student code cannot add keys either."""
+    for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        libc.syscall(isolate.KEYCTL, KEYCTL_CLEAR, keyring)
+
+
+class Gate:
+    """Gives the run each stage of the course's code (``<in>/course/stages.json``, which the run
+    cannot see) only once every probe before that stage has ended: the student's own probes before
+    the first stage, each stage's probes before the next."""
+
+    def __init__(self, path: str, fd: int):
+        with open(path) as f:
+            data = json.load(f)
+        self.fd, self.stages, self.waiting = fd, data["stages"], set(data["own"])
+        self._release()
+
+    def seen(self, event: dict) -> None:
+        if event["event"] == "probe_end":
+            self.waiting.discard(event.get("probe"))
+            self._release()
+
+    def _release(self) -> None:
+        while not self.waiting and self.stages:
+            stage = self.stages.pop(0)
+            report.send(self.fd, stage["code"])
+            self.waiting = set(stage["pids"])
+
+
+def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolated: bool, state: isolate.State,
+            memory_bytes: int) -> tuple[int, str]:
+    """Starts a run, writes what it reports, watches it until it ends; returns its wait status
+    and why the server stopped it (``"memory"``, or ``""``)."""
+    plan_path, inputs_path, out_dir = paths
+    course_dir = os.path.join(os.path.dirname(plan_path), "course")
+    journal_fd = os.open(os.path.join(out_dir, "journal.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                         0o600)
+    report_r, report_w = os.pipe()
+    status_r, status_w = os.pipe()
+    course_r, course_w = os.pipe()
+    fcntl.fcntl(course_w, fcntl.F_SETPIPE_SZ, COURSE_PIPE_BYTES)
+    gate = Gate(os.path.join(course_dir, "stages.json"), course_w)
+
+    def journal(event: dict) -> None:
+        line = json.dumps({**event, "time": time.time()}, default=str) + "\n"
+        os.write(journal_fd, line.encode("utf-8", "replace"))
+        gate.seen(event)
+
+    journal({"event": "ready", "run": token})
+    start = isolate.start_run if isolated else isolate.start_plain_run
+    helper = start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
+                   isolate.HIDDEN + (out_dir, course_dir), (report_w, course_r), status_w)
+    for fd in (report_w, status_w, course_r):
+        os.close(fd)
+    os.set_blocking(report_r, False)
+    collector = report.Collector(report_r, out_dir, journal)
+    watch = isolate.Watch(memory_bytes, helper) if isolated else None
+    pidfd = os.pidfd_open(helper)
+    reading, helper_status, next_check = True, None, time.monotonic()
+    while reading or helper_status is None:
+        ready, _, _ = select.select([pidfd] + ([report_r] if reading else []), [], [], CHECK_SECONDS)
+        if report_r in ready:
+            reading = collector.read()
+        if pidfd in ready and helper_status is None:
+            helper_status = os.waitpid(helper, 0)[1]
+        if watch is not None and helper_status is None and time.monotonic() >= next_check:
+            watch.check()
+            next_check = time.monotonic() + CHECK_SECONDS
+    data = os.read(status_r, 64) if isolated else str(helper_status).encode()
+    for fd in (pidfd, report_r, status_r, course_w, journal_fd):
+        os.close(fd)
+    stopped = "memory" if watch is not None and watch.exceeded else ""
+    return (int(data) if data else signal.SIGKILL), stopped
+
+
+def serve(paths: tuple[str, str, str], isolated: bool, folders: list[str], memory_bytes: int) -> None:
+    """Answers each ``run`` request with a run's wait status and whether it serves another;
+    see the module docstring."""
+    reply_fd = int(os.environ.pop("SANDBOX_REPLY_FD"))
+    libc = isolate.Libc()
+    isolated = isolated and isolate.KEYCTL is not None
+    before = {folder: set(os.listdir(folder)) for folder in folders}  # before warming up writes caches
+    environment = dict(os.environ)
+    run.warm_up()
+    os.environ.clear()  # what warming up set (torch's first traced call sets TORCHINDUCTOR_CACHE_DIR) is not the runs'
+    os.environ.update(environment)
+    libc.prctl(PR_SET_DUMPABLE, 0)
+    state = isolate.State.now()
+    requests = os.fdopen(0, "rb", buffering=0)
+    while len(request := requests.readline().decode("ascii", "replace").split()) == 2 and request[0] == "run":
+        for folder in folders:
+            wipe(folder, before[folder])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes)
+        more = False
+        if isolated:
+            end_leftovers()
+            clear_ipc(libc.raw)
+            clear_keys(libc.raw)
+            more = not state.changes(isolate.State.now())
+        os.write(reply_fd, f"{status} {'more' if more else 'last'} {stopped}".strip().encode() + b"\n")
+        if not more:
+            return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("plan")
+    parser.add_argument("inputs")
+    parser.add_argument("out")
+    parser.add_argument("--isolated", action="store_true", help="in a private pid namespace: serve many runs")
+    parser.add_argument("--wipe", action="append", default=[], help="a folder to empty before each run")
+    parser.add_argument("--memory", type=int, default=4 * 2**30, help="bytes a run's processes may hold together")
+    args = parser.parse_args()
+    serve((args.plan, args.inputs, args.out), args.isolated, args.wipe, args.memory)
+
+
+if __name__ == "__main__":
+    main()
