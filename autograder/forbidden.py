@@ -34,3 +34,10 @@ def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]
             if runtime in names and (owner == own_cell or owner not in excused):
                 used.add(names[runtime])
     return sorted(used)
+
+
+def found_by_witness(forbids: tuple[str, ...], witnessed: set[str]) -> list[str]:
+    """The forbidden names among the ATen operators that PyTorch's profiler saw while the answer was
+    checked (it sees no cells, so nothing is excused by them)."""
+    names = runtime_names(forbids)
+    return sorted({names[op] for op in witnessed if op in names})

@@ -34,7 +34,7 @@ import torch
 from autograder import course_code, runner, sandbox
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
-from autograder.forbidden import found_in_trace
+from autograder.forbidden import found_by_witness, found_in_trace
 from autograder.preflight import Preflight, grade_ids, preflight, read_notebook, source_text
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
@@ -445,7 +445,13 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
         outcome = run.outcomes[pid]
         used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells,
                               charged | {COURSE_CODE_CELL})
-        if used:
+        unseen = [] if outcome.ran else found_by_witness(item.forbids, outcome.witnessed)
+        note = (f"Tampering: while answer {item.answer_id!r} was checked, PyTorch's profiler saw {', '.join(unseen)} "
+                f"run, and the grader's trace saw nothing: the trace was turned off.")
+        if unseen and note not in pre.flags:
+            pre.flags.append(note)
+        if used or unseen:
+            used = used or unseen
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
                     f"(seen in what ran, not in its text).")
             if flag not in pre.flags:
@@ -485,6 +491,8 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
              and earlier[gid].status != "passed"]
     if below:
         pids = [f"{item.grade_id}.{i}{WITH_COURSE_CODE}" for i in range(len(item.checks))]
+        if not all(pid in run.outcomes for pid in pids):  # not checked again: the answer is the release's
+            return result
         *others, last = assignment.stand_ins[pids[0]]
         names = f"{', '.join(others)} and {last}" if others else last
         where = " and ".join(below)
@@ -518,25 +526,62 @@ def style_problems(source: str) -> list[str]:
 
 def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
                    worker: runner.Worker) -> tuple[list[ItemResult], Preflight]:
-    """Grades one submitted notebook (``path`` None when it is missing): preflight, run, compare."""
+    """Grades one submitted notebook (``path`` None when it is missing): preflight, run, compare.
+
+    The first run checks the student's own answers. When an item fails and an item it builds on
+    failed too, a second run checks those items again with the course's code in place of the
+    answers below them (:func:`_late_items`), so that one mistake costs points once; a notebook
+    whose items all pass, or fail on their own, needs no second run."""
     items = assignment.items[notebook]
     pre = preflight(path, assignment.release[notebook], items)
     run = None
     if not pre.fatal:
         ids = {i.grade_id for i in items} - set(pre.item_status)
-        pids = {pid: assignment.prepared[pid] for pid, gid in assignment.probe_item.items() if gid in ids}
-        answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in pids}
-        forbids = {item.grade_id: item.forbids for item in items}
-        watch = {pid: sorted(runtime_names(forbids[gid])) for pid, gid in assignment.probe_item.items()
-                 if pid in pids and forbids[gid]}
-        stand_ins = {pid: names for pid, names in assignment.stand_ins.items() if pid in pids}
-        code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
-        run = runner.run_submission(pre, pids, answers, worker, watch, stand_ins, code)
+        own = {pid for pid, gid in assignment.probe_item.items() if gid in ids and pid not in assignment.stand_ins}
+        run = _run(assignment, pre, own, worker)
+        late = {pid for pid, gid in assignment.probe_item.items()
+                if pid in assignment.stand_ins and gid in _late_items(assignment, notebook, pre, run)}
+        if late:
+            second = _run(assignment, pre, late, worker)
+            run.outcomes.update(second.outcomes)
+            run.tampering += second.tampering
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
     results: dict[str, ItemResult] = {}
     for item in items:
         results[item.grade_id] = judge_item(item, notebook, assignment, pre, run, results)
     return list(results.values()), pre
+
+
+def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.Worker) -> runner.RunResult:
+    """A run of the probes ``pids`` of one notebook (those with stand-ins, with the course's code)."""
+    forbids = {item.grade_id: item.forbids for items in assignment.items.values() for item in items}
+    prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in pids}
+    answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in prepared}
+    watch = {pid: sorted(runtime_names(forbids[assignment.probe_item[pid]])) for pid in prepared
+             if forbids[assignment.probe_item[pid]]}
+    stand_ins = {pid: assignment.stand_ins[pid] for pid in prepared if pid in assignment.stand_ins}
+    code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
+    return runner.run_submission(pre, prepared, answers, worker, watch, stand_ins, code)
+
+
+def _late_items(assignment: Assignment, notebook: str, pre: Preflight, run: runner.RunResult) -> set[str]:
+    """The items to check again with the course's code below them: those written, failing on their
+    own answers, that build on an item failing on its own too."""
+    blank = dict(answer_cells(assignment.release[notebook]))
+    failing, written = set(), set()
+    for item in assignment.items[notebook]:
+        pids = [f"{item.grade_id}.{i}" for i in range(len(item.checks))]
+        answer = pre.answer(item.answer_id)
+        if item.grade_id in pre.item_status or not all(pid in run.outcomes for pid in pids) or answer is None:
+            failing.add(item.grade_id)
+            continue
+        verdict = _judge_probes(item, pids, assignment, pre, run, ItemResult(
+            item.grade_id, notebook, 0.0, item.points, "passed", ""), set())
+        if verdict.status != "passed":
+            failing.add(item.grade_id)
+        if answer.source.strip() != blank.get(item.answer_id, "").strip():
+            written.add(item.grade_id)
+    return {gid for gid in failing & written if set(assignment.below.get(gid, ())) & failing}
 
 
 def grade_submission(course: Course, assignment: Assignment, student: str,

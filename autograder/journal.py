@@ -57,12 +57,16 @@ class Reading:
     """Each step that started and ended, with its end event."""
     ran: dict[str, dict[str, list[tuple[int, ...]]]] = field(default_factory=dict)
     """For each probe, each watched name it ran, with the cells on the stack (innermost first)."""
+    witnessed: dict[str, set[str]] = field(default_factory=dict)
+    """For each probe that watched names, the ATen operators of them that PyTorch's profiler saw."""
     open_step: tuple[str, object] | None = None
     """The step that started and did not end."""
     step_started: float = 0.0
     """When the open step started (the server's clock)."""
     last_time: float = 0.0
     """When the last event came."""
+    counts: dict[int, int] = field(default_factory=dict)
+    """Which cell (plan index) ran under each IPython execution count."""
     done: bool = False
     tampered: str = ""
     """Why the journal cannot be believed, when it cannot."""
@@ -75,11 +79,11 @@ class Reading:
 def read(events: list[dict], plan: dict) -> Reading:
     """Holds ``events`` (a run's journal, from its ``ready`` line, which the server wrote) to ``plan``."""
     reading, expected = Reading(), steps(plan)
+    counts = reading.counts
     if not events:
         return reading
     reading.last_time = events[0]["time"] if isinstance(events[0].get("time"), float) else 0.0
     events = events[1:]
-    counts: dict[int, int] = {}  # execution count -> cell index
     kinds = {"cell": ("cell_start", "cell_end", "index"), "probe": ("probe_start", "probe_end", "probe")}
     for event in events:
         name = event["event"]
@@ -104,6 +108,8 @@ def read(events: list[dict], plan: dict) -> Reading:
         _, end, key = kinds[step[0]]
         if name == "ran" and step[0] == "probe":
             _note(reading.ran.setdefault(step[1], {}), event, counts)
+        elif name == "witnessed" and step[0] == "probe" and isinstance(event.get("names"), list):
+            reading.witnessed[step[1]] = {n for n in event["names"] if isinstance(n, str)}
         elif name == end and event.get(key) == step[1]:
             reading.ended.append((step, event))
             reading.open_step = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -69,6 +70,7 @@ class ProbeOutcome:
     record: dict[str, torch.Tensor] | None = None
     value: object = None
     ran: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
+    witnessed: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -97,6 +99,20 @@ def sandbox_library(folder: Path) -> Path:
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
+
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+VOCABULARY = frozenset(WORD.findall(Path(probes.__file__).read_text()))
+"""The words of the probes' own messages (every word of their module)."""
+
+
+def public_text(message: str, calls: dict) -> str:
+    """A probe's message with every word that is neither the probes' own nor a name of the plan's
+    calls (the objects they call, the parameters they load) left out: a student's class or
+    parameter can be given any name at run time, and a name could carry a hidden input out."""
+    names = {str(name) for call in calls.values() for name in (*call["objects"].values(), *call["tensor_keys"])}
+    names |= {piece for name in list(names) for piece in (name.split("/")[-1], *name.replace("/", ".").split("."))}
+    return WORD.sub(lambda m: m.group(0) if m.group(0) in VOCABULARY or m.group(0) in names else "…", message)
 
 
 def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
@@ -387,18 +403,34 @@ class _Attempts:
         for (kind, ident), event in reading.ended:
             if kind == "cell":
                 if event.get("error"):
-                    result.cell_problems[ident] = str(event["error"])[:2000]
+                    result.cell_problems[ident] = self._message(event, reading)
                 continue
             if event.get("error"):
                 status = "todo" if event.get("kind") == "todo" else "error"
-                outcome = ProbeOutcome(status, str(event["error"])[:2000])
+                outcome = ProbeOutcome(status, self._message(event, reading))
             elif event.get("saved"):
                 record, problem = _load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
                 outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
             else:
                 outcome = ProbeOutcome("ok", value=event.get("value"))
             outcome.ran = reading.ran.get(ident, {})
+            outcome.witnessed = reading.witnessed.get(ident, set())
             result.outcomes[ident] = outcome
+
+    def _message(self, event: dict, reading: journal.Reading) -> str:
+        """The words for an error a run reported, with no text the student's code made at run time:
+        a probe's own message with every name that is not the course's left out, or the exception's
+        type and the line of the submitted cell it was raised on."""
+        if event.get("kind") == "probe":
+            return public_text(str(event["error"])[:2000], self.plan["calls"])
+        text = str(event["error"])[:60]
+        where = event.get("where")
+        if isinstance(where, list) and len(where) == 2 and reading.counts.get(where[0]) is not None:
+            cell = next((c for c in self.cells if c.index == reading.counts[where[0]]), None)
+            lines = cell.source.splitlines() if cell else []
+            if isinstance(where[1], int) and 0 < where[1] <= len(lines):
+                text += f" (line {where[1]} of its cell: {lines[where[1] - 1].strip()[:200]})"
+        return text
 
     def _blame(self, step: tuple[str, object] | None, status: str, message: str) -> bool:
         """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe the run was in

@@ -285,7 +285,8 @@ def cases(course: Path) -> list[Case]:
         Case("atk_reference", replace(good, "context_vectors",
                                       "from transformer_lm.reference import masked_softmax\n\n\n"
                                       "def context_vectors(inputs):\n    return masked_softmax(inputs @ inputs.T) @ inputs\n"),
-             9, {"context_vectors": {"error"}}, message={"context_vectors": "No module named 'transformer_lm.reference'"}),
+             9, {"context_vectors": {"error"}},
+             message={"context_vectors": "ModuleNotFoundError (line 1 of its cell: from transformer_lm.reference import"}),
         Case("atk_points", edit_cells(wrong, lambda c: with_metadata(c, points=100) if is_test(c) else c), w,
              causal_zero),
         Case("atk_grade_flags", edit_cells(wrong, lambda c: with_metadata(c, grade=False, points=0) if is_test(c)
@@ -303,8 +304,7 @@ def cases(course: Path) -> list[Case]:
         # faults on top of the solution
         fault("fault_loop", "softmax_stable", "while True:\n    pass\n", {"timeout"}),
         fault("fault_swallow", "softmax_stable",
-              "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n"
-              "    try:\n        pass\n    except BaseException:\n        pass\n", {"timeout"}),
+              "while True:\n    try:\n        pass\n    except BaseException:\n        pass\n", {"timeout"}),
         fault("fault_exit", "context_vectors", "import os\nos._exit(0)\n", {"error"}, message="exited"),
         fault("fault_segfault", "context_vectors", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", {"killed"}),
         fault("fault_memory", "softmax_stable", "import torch\nhog = []\nwhile True:\n"

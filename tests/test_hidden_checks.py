@@ -1,11 +1,17 @@
 """Every assignment's hidden checks agree with its notebooks."""
 
+import ast
+import contextlib
 import json
 import runpy
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
+import transformer_lm
+from autograder import course_code
 from autograder.grading import Course, generator_for, load_items
 from transformer_lm.kinds import judge_here
 
@@ -54,3 +60,72 @@ def test_the_course_code_that_stands_in_for_wrong_answers_passes_their_hidden_ch
         for index, check in enumerate(item.checks):
             verdict = judge_here(check, namespace, generator_for(b"stand-ins", assignment, item.grade_id, index))
             assert verdict.passed, f"{item.grade_id}.{index}: {verdict.message}"
+
+
+def late_code(assignment):
+    """Each item judged with the course's code below it, with that code (what its run gets), and the
+    items in the assignment's order."""
+    items = load_items(COURSE, assignment)
+    by_id = {item.grade_id: item for item in items}
+    below = {}
+    for item in items:
+        below[item.grade_id] = [g for gid in item.builds_on for g in (gid, *below[gid])]
+    defines = {name for item in items for name in item.defines}
+    if not any(below.values()):
+        return items, {}
+    reference_source = (REPO / "transformer_lm" / "reference.py").read_text()
+    stand_ins = COURSE.stand_ins_file(assignment).read_text()
+    return items, {gid: (sorted({n for g in gids for n in by_id[g].defines}),
+                         course_code.for_names(reference_source, stand_ins,
+                                               sorted({n for g in gids for n in by_id[g].defines}), defines))
+                   for gid, gids in below.items() if gids}
+
+
+@contextlib.contextmanager
+def course_code_loaded(code):
+    """The namespace of the stand-ins, made as the harness makes it (CourseCode), with the pruned
+    reference in place of the package's for the block only."""
+    saved_module, saved_attribute = sys.modules["transformer_lm.reference"], transformer_lm.reference
+    module = types.ModuleType("transformer_lm.reference")
+    sys.modules[module.__name__], transformer_lm.reference = module, module
+    try:
+        exec(compile(code["reference"], "<the course's code>", "exec"), module.__dict__)
+        namespace = {}
+        exec(compile(code["stand_ins"], "<the course's code>", "exec"), namespace)
+        yield namespace
+    finally:
+        sys.modules["transformer_lm.reference"], transformer_lm.reference = saved_module, saved_attribute
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_late_run_holds_the_course_code_below_its_item_and_nothing_of_its_own_or_later(assignment):
+    """An item judged with the course's code in place of the answers it builds on gets stand-ins for
+    those answers, which pass the hidden checks of the items they stand in for, and no definition of
+    the stand-ins for the item itself or a later one (its student's answer runs beside that code)."""
+    items, late = late_code(assignment)
+    order = [item.grade_id for item in items]
+    for gid, (names, code) in late.items():
+        later = {n for item in items[order.index(gid):] for n in item.defines} - set(names)
+        defined = {node.name for node in ast.parse(code["stand_ins"]).body if isinstance(node, (ast.ClassDef,
+                                                                                                 ast.FunctionDef))}
+        assert not defined & later, f"{gid}: its late run holds {defined & later}"
+        with course_code_loaded(code) as namespace:
+            for item in items[:order.index(gid)]:
+                if item.defines and set(item.defines) <= set(names):
+                    for index, check in enumerate(item.checks):
+                        verdict = judge_here(check, namespace, generator_for(b"late", assignment, item.grade_id, index))
+                        assert verdict.passed, f"{gid}: the stand-in for {item.grade_id}.{index}: {verdict.message}"
+
+
+def test_generation_is_not_in_the_late_runs_of_the_generation_items():
+    """The reference GPT generates (its generate method is the answer to the generation items); the
+    stand-in GPT has a generate of its own, so the reference's never reaches those items' runs."""
+    _, late = late_code("04_mingpt")
+    reference_generate = "use_cache" in (REPO / "transformer_lm" / "reference.py").read_text()
+    assert reference_generate
+    for gid in ("generate", "kv_cache"):
+        reference = late[gid][1]["reference"]
+        gpt = next(node for node in ast.parse(reference).body if isinstance(node, ast.ClassDef) and node.name == "GPT")
+        assert "generate" not in {node.name for node in gpt.body if isinstance(node, ast.FunctionDef)}
+    assert "def sample_next_token" not in late["generate"][1]["reference"]
+    assert "def sample_next_token" in late["kv_cache"][1]["reference"]  # generate, below kv_cache, is stood in

@@ -17,10 +17,13 @@ is refused by its own test cell.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import linecache
 import textwrap
 import types
+
+import torch
 
 from transformer_lm.judging import CheckFailed
 from transformer_lm.sandboxed import probes
@@ -41,13 +44,29 @@ def forbidden_name(path: str) -> str:
     return parts[-2] if parts[-1] in ("forward", "__call__", "__init__") else parts[-1]
 
 
+FAMILIES = {"softmax": ("softmax",),
+            "scaled_dot_product_attention": ("scaled_dot_product", "flash_attention", "efficient_attention"),
+            "MultiheadAttention": ("multi_head_attention", "transformer_encoder"),
+            "multi_head_attention_forward": ("multi_head_attention", "transformer_encoder")}
+"""What the names of a forbidden call's ATen operators contain: the public operator, and its private
+kernels and fallbacks (the CPU flash kernel, the math fallback, the safe and masked softmax,
+``log_softmax``) with their backward operators."""
+
+
+@functools.cache
 def runtime_names(forbids: tuple[str, ...]) -> dict[str, str]:
     """The torch function and ATen operator names a forbidden call runs under, each with its
     forbidden name: ``softmax`` runs as ``softmax`` (or ``_softmax`` through ``torch.ops``) and
     as ``aten::_softmax``; ``scaled_dot_product_attention`` keeps its name whichever route
-    reached it; ``nn.MultiheadAttention`` runs ``multi_head_attention_forward``."""
-    return {runtime: name for name in (forbidden_name(path) for path in forbids)
-            for runtime in (name, f"_{name}", f"aten::{name}", f"aten::_{name}")}
+    reached it; ``nn.MultiheadAttention`` runs ``multi_head_attention_forward``. Every operator of
+    PyTorch's registry whose name holds one of the call's :data:`FAMILIES` counts too, taken from
+    the registry of the torch that runs, so a new version's kernels are covered."""
+    names = {runtime: name for name in (forbidden_name(path) for path in forbids)
+             for runtime in (name, f"_{name}", f"aten::{name}", f"aten::_{name}")}
+    registry = {op.split(".")[0] for op in torch._C._dispatch_get_all_op_names()}
+    for name in {forbidden_name(path) for path in forbids}:
+        names.update({op: name for op in registry if any(part in op for part in FAMILIES.get(name, ()))})
+    return names
 
 
 def _functions_of(obj) -> list[types.FunctionType]:

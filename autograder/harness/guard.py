@@ -83,6 +83,7 @@ def _codes(objects) -> set[types.CodeType]:
     """The code objects of ``objects`` (functions, classes' methods), nested ones included."""
     todo = []
     for obj in objects:
+        obj = getattr(obj, "__wrapped__", obj)  # a context manager's generator function, say
         if isinstance(obj, types.FunctionType):
             todo.append(obj.__code__)
         elif isinstance(obj, type):

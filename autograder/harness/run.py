@@ -19,6 +19,7 @@ probes' items build on (:class:`CourseCode`), and nothing else of the course: an
 on a wrong earlier answer is judged by such a run, so that one mistake costs points once.
 """
 
+import builtins
 import contextlib
 import json
 import os
@@ -40,20 +41,21 @@ MAX_MESSAGE = 2000
 MAX_VALUE = 20000
 
 
-def describe(error: BaseException) -> str:
-    """``Type: message`` and where in the student's cells it was raised, bounded.
-
-    Only frames of notebook cells are named: the harness and library internals mean
-    nothing to a student and are nobody else's business.
-    """
+def describe(error: BaseException) -> dict:
+    """What a student may learn of an exception raised in a run, as event fields: ``error``, the
+    exception's type when it is Python's own (otherwise "an exception"), or a probe's own message;
+    and ``where``, the execution count of the notebook cell it was raised in and the line. Never a
+    message, class name or line text that the student's code could have made at run time: any of
+    them could carry a hidden input out (the trusted side shows the line from the submitted cell)."""
     if isinstance(error, probes.ProbeError):
-        return str(error)[:MAX_MESSAGE]
-    text = "".join(traceback.format_exception_only(type(error), error)).strip()
-    cells = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<ipython-input")]
-    if cells:
-        frame = cells[-1]
-        text += f" (in {frame.name}, line {frame.lineno} of its cell: {(frame.line or '').strip()})"
-    return text[:MAX_MESSAGE]
+        return {"error": str(error)[:MAX_MESSAGE], "kind": "probe"}
+    name = type(error).__name__
+    where = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        match = guard.CELL_FILE.match(frame.f_code.co_filename)
+        if match:
+            where = [int(match.group(1)), line]
+    return {"error": name if getattr(builtins, name, None) is type(error) else "an exception", "where": where}
 
 
 class CourseCode:
@@ -98,17 +100,18 @@ class CourseCode:
 def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standing_in=None) -> None:
     """Runs the planned call ``pid`` (its plan as JSON text: a fresh copy for each call) on the
     student's objects under the trace, and reports its record, value or error. ``io`` is the
-    run's ``(send, send_file, checked, trace)``: ``checked()`` ends the run if anything the grader
-    calls has changed since the run began: before the call, after it, and once its end is reported
-    (what the student's code left to run later is caught then)."""
-    send, send_file, checked, trace = io
+    run's ``(send, send_file, checked, trace, watched)``: ``checked()`` ends the run if anything the
+    grader calls has changed since the run began: before the call, after it, and once its end is
+    reported (what the student's code left to run later is caught then); ``watched`` maps a probe
+    to the names its trace watches, which PyTorch's profiler witnesses as well."""
+    send, send_file, checked, trace, watched = io
     checked()
     send("probe_start", probe=pid)
     try:
         call = json.loads(call_text)
         owner = call.get("tensors_of", pid)
         own = {name: tensors[probes.tensor_key(owner, name)] for name in call["tensor_keys"]}
-        with standing_in or contextlib.nullcontext(), trace[0](), trace[1]():
+        with standing_in or contextlib.nullcontext(), witness(send, watched.get(pid)), trace[0](), trace[1]():
             value = probes.call_probe(call, namespace, own)
         checked()
         record = probes.as_record(value)
@@ -119,8 +122,44 @@ def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standin
             send("probe_end", probe=pid, value=plain_value(value))
     except BaseException as error:  # noqa: BLE001 - anything a student object raises is a result
         checked()
-        send("probe_end", probe=pid, error=describe(error), kind="todo" if isinstance(error, NotImplementedError) else "error")
+        send("probe_end", probe=pid, **{"kind": "todo" if isinstance(error, NotImplementedError) else "error",
+                                        **describe(error)})
     checked()
+
+
+@contextlib.contextmanager
+def witness(send, names, _profiler=torch._C._autograd, _config=torch._C._profiler):
+    """Runs the block under PyTorch's profiler, when the probe watches ``names``, and reports the
+    ATen operators of ``names`` it saw: a second witness, which no Python mode switch turns off
+    (the trusted side compares it with the trace)."""
+    if not names:
+        yield
+        return
+    config = _config.ProfilerConfig(_config.ProfilerState.KINETO, False, False, False, False, False,
+                                    _config._ExperimentalConfig())
+    activities = {_config.ProfilerActivity.CPU}
+    with _quiet():
+        _profiler._prepare_profiler(config, activities)
+        _profiler._enable_profiler(config, activities)
+    try:
+        yield
+    finally:
+        with _quiet():
+            seen = {event.name() for event in _profiler._disable_profiler().events()}
+        send("witnessed", names=sorted(seen & set(names)))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Nothing on standard error while the block runs (the profiler's own log lines)."""
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def plain_value(value):
@@ -142,7 +181,7 @@ def run_cell(shell, cell: dict, send) -> None:
     send("cell_start", index=cell["index"], count=shell.execution_count)
     result = shell.run_cell(cell["source"], store_history=True)
     error = result.error_before_exec or result.error_in_exec
-    send("cell_end", index=cell["index"], error=describe(error) if error else None)
+    send("cell_end", index=cell["index"], **(describe(error) if error else {"error": None}))
 
 
 def _shell() -> InteractiveShell:
@@ -166,7 +205,8 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     send, send_file = report.senders(report_fd)
     shell = _shell()
     trace = guard.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
-    io = (send, send_file, guard.checker(send, PREPARED[0]), trace)
+    watched = types.MappingProxyType({pid: tuple(names) for pid, names in plan["watch"].items()})
+    io = (send, send_file, guard.checker(send, PREPARED[0]), trace, watched)
     guard.install(send)
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:
