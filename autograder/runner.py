@@ -336,9 +336,10 @@ def _plan(cells: list[Cell], prepared: dict[str, Prepared], probe_cells: dict[st
 
 def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Callable[[Callable[[str], bytes]], str | None]:
     """A ``watch`` for :meth:`Worker.run`. It stops the run when one cell or probe has been going
-    for too long (and appends that step to ``fired``), when the run stays between two steps for
-    long (the grader's own work there is quick), or when the run ended and the harness does not
-    answer: the journal, read live from the sandbox's tmpfs, says which step and since when."""
+    for too long (and appends that step to ``fired``), when the run stays as long between two
+    steps (the grader's own work there is quick: a run that reported a step's end and went on
+    inside it is stuck there), or when the run ended and the harness does not answer: the
+    journal, read live from the sandbox's tmpfs, says which step and since when."""
 
     def watch(read):
         events = worker.events(read)
@@ -349,8 +350,10 @@ def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Ca
         if reading.open_step and waited > worker.settings.cell_seconds:
             fired.append(reading.open_step)
             return "cell time limit"
-        if not reading.open_step and waited > ANSWER_SECONDS:
-            return "no answer after the run" if reading.done else "stuck between two steps"
+        if reading.done and waited > ANSWER_SECONDS:
+            return "no answer after the run"
+        if not reading.done and not reading.open_step and waited > worker.settings.cell_seconds:
+            return "stuck between two steps"
         return None
 
     return watch

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import sys
 import types
 import warnings
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -61,7 +63,8 @@ the caller chooses: an operator's kernel caller (``OpOverload._op_dk``) and its 
 ``redispatch_boxed``. Nothing then sees the call, neither a Python mode nor PyTorch's profiler; so
 while a probe runs, only the grader's own code may use them."""
 PROFILER_SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enable_profiler_legacy",
-                     "_disable_profiler_legacy")
+                     "_disable_profiler_legacy", "_enable_record_function", "_clear_callbacks",
+                     "_set_empty_test_observer")
 """PyTorch's profiler, which the harness runs as a second witness of every operator a probe calls
 (:mod:`harness.run`): while a probe runs, only the grader's own code may start or stop it."""
 WATCHED_MODULES = ("json", "json.encoder", "json.decoder", "safetensors", "safetensors.torch", "torch._C",
@@ -70,13 +73,18 @@ WATCHED_MODULES = ("json", "json.encoder", "json.decoder", "safetensors", "safet
 how its record is written (with the grader's own modules, :func:`snapshot`)."""
 
 
-def freeze(*classes: type) -> None:
+def _flags_offset() -> int:
+    """Where a type object keeps its flags (``tp_flags``), found against types whose flags we know."""
+    return next(off for off in range(0, 512, 8)
+                if all(ctypes.c_ulong.from_address(id(t) + off).value == t.__flags__ for t in (int, str, dict, type)))
+
+
+def freeze(*classes: type, _offset=_flags_offset(), _flag=IMMUTABLE_TYPE, _at=ctypes.c_ulong.from_address) -> None:
     """Makes ``classes`` immutable: no attribute of theirs can be set or deleted any more (their
-    subclasses and instances stay as they are)."""
-    offset = next(off for off in range(0, 512, 8)
-                  if all(ctypes.c_ulong.from_address(id(t) + off).value == t.__flags__ for t in (int, str, dict, type)))
+    subclasses and instances stay as they are). What it writes with is bound here, out of reach."""
     for cls in classes:
-        ctypes.c_ulong.from_address(id(cls) + offset).value |= IMMUTABLE_TYPE
+        if isinstance(cls, type):  # a class, and nothing else: this writes into the object itself
+            _at(id(cls) + _offset).value |= _flag
 
 
 def _codes(objects) -> set[types.CodeType]:
@@ -141,14 +149,12 @@ def trusted_code() -> frozenset[types.CodeType]:
     return frozenset(_codes(objects))
 
 
-def prepare(probe_code: types.CodeType) -> tuple:
-    """Done once in the server, before any run: freezes the classes a probe goes through, puts
-    every switch of the trace behind a guard (:func:`_guards`), and returns the snapshot of what
-    the trusted code calls, for :func:`checker`. ``probe_code`` is the code of the harness's probe
-    call: a probe runs while a frame of it is on the stack."""
+def prepare(probe_code: types.CodeType) -> None:
+    """Done once in the server, before any run: freezes the classes a probe goes through and puts
+    every switch of the trace behind a guard (:func:`_guards`). ``probe_code`` is the code of the
+    harness's probe call: a probe runs while a frame of it is on the stack."""
     _guards(trusted_code(), probe_code)
     freeze(*FROZEN_CLASSES(), *own_classes())
-    return snapshot()
 
 
 def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once torch and json are loaded
@@ -165,6 +171,11 @@ GUARD_SOURCE = '''
 def guard(*args, **kwargs):
     "CHECK"("NAME")
     return "ORIGINAL"(*args, **kwargs)
+'''
+SEAL_SOURCE = '''
+def seal(kind, *args):
+    "CHECK"(kind)
+    return "GETATTR"("TOTALS", kind)(*args)
 '''
 MADE_SOURCE = '''
 def made(*args, **kwargs):
@@ -228,11 +239,56 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
                     op._op_dk = guarded(op._op_dk, "an operator's kernel caller")
 
 
+def sealed_traces():
+    """A maker of :class:`~transformer_lm.sandboxed.probes.TensorTrace` s whose totals no other code
+    can reach, for :data:`~transformer_lm.sandboxed.probes.TRACE_FACTORY` in a run.
+
+    Each trace keeps its :class:`~transformer_lm.sandboxed.probes.TraceTotals` in the constants of
+    a function of its own (its seal), which the audit hook does not let a run read; the trace's
+    class, made for it alone and frozen, holds the seal in its methods' defaults. Only those
+    methods may add to the totals (the seal checks who calls it); anyone may read them, or say
+    that a tensor was freed, which lowers no peak."""
+    def dispatch(self, func, types, args=(), kwargs=None, _seal="SEAL", _finalize=weakref.finalize):
+        result = func(*args, **(kwargs or {}))
+        for storage in _seal("operator", func, args, kwargs or {}, result):
+            _finalize(storage, _seal, "freed", storage.data_ptr())
+        return result
+
+    def saved_tensor(self, shape, _seal="SEAL"):
+        _seal("saved_tensor", shape)
+
+    def record(self, prefix, _seal="SEAL"):
+        return _seal("record", prefix)
+
+    def value(self, name, _seal="SEAL"):
+        return _seal("value", name)  # also each total's property: no value set on the trace takes its place
+
+    writers = {"operator": dispatch.__code__, "saved_tensor": saved_tensor.__code__}
+
+    def check(kind: str, _writers=writers, _getframe=sys._getframe, _exit=os._exit, _status=TAMPERED_EXIT) -> None:
+        if kind in _writers and _getframe(2).f_code is not _writers[kind]:
+            _exit(_status)
+
+    def make():
+        seal = _with_constants(SEAL_SOURCE, "seal", {"CHECK": check, "GETATTR": getattr,
+                                                      "TOTALS": probes.TraceTotals()})
+        methods = {name: types.FunctionType(f.__code__, GUARD_MARK, name,
+                                            tuple(seal if isinstance(d, str) and d == "SEAL" else d for d in f.__defaults__))
+                   for name, f in (("__torch_dispatch__", dispatch), ("saved_tensor", saved_tensor), ("record", record),
+                                   ("__getattr__", value))}
+        totals = {name: property(functools.partial(methods["__getattr__"], name=name)) for name in probes.TraceTotals.NAMES}
+        cls = type("SealedTrace", (probes.TensorTrace,), {**methods, **totals})
+        freeze(cls)
+        return cls()
+
+    return make
+
+
 def install(send) -> None:
     """Adds the run's audit hook (see the module docstring). Everything it uses is its own, out of
     reach; it reports with ``send(event, **fields)`` before it ends a run."""
     exit_, modules, attacks, refused, parts, mark = os._exit, sys.modules, ATTACKS, REFUSED, FUNCTION_PARTS, GUARD_MARK
-    trusted = trusted_code()
+    trusted, getframe, freezing = trusted_code(), sys._getframe, freeze.__code__
 
     def tamper(what: str):
         with contextlib.suppress(BaseException):
@@ -240,6 +296,8 @@ def install(send) -> None:
         exit_(TAMPERED_EXIT)
 
     def hook(event: str, args: tuple) -> None:
+        if event.startswith("ctypes.") and getframe(1).f_code is freezing:
+            return  # the grader freezing a trace's class of its own
         if event.startswith("ctypes.") or event in attacks:
             tamper(event)
         elif event in refused:

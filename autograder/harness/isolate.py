@@ -31,7 +31,11 @@ import traceback
 from dataclasses import dataclass
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_NOATIME, MS_NODIRATIME, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 1 << 14, 1 << 18, 1 << 21
+STATVFS_TO_MOUNT = ((os.ST_RDONLY, MS_RDONLY), (os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV),
+                    (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+"""A mount's flags that a remount must keep (they may be locked), as ``statvfs`` and ``mount`` name them."""
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 38, 47, 4
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
 KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
@@ -111,12 +115,13 @@ class State:
         os.umask(0o022)
 
 
-def start_run(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tuple[int, ...],
+def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
               status_w: int) -> int:
     """Forks the process that makes the run's namespaces; returns its pid. In there, the run's
     init (pid 1 of the new pid namespace) starts ``run()`` (which must never return) in a process
-    that holds no capability and sees ``hidden`` as empty read-only folders, and writes the run's
-    wait status to ``status_w`` when it ends. ``keep``: the descriptors the run may hold."""
+    that holds no capability, sees the first of ``folders`` as empty read-only folders and can
+    execute nothing in the second (what it may write), and writes the run's wait status to
+    ``status_w`` when it ends. ``keep``: the descriptors the run may hold."""
     pid = os.fork()
     if pid:
         return pid
@@ -125,7 +130,7 @@ def start_run(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tupl
         libc.unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
         init = os.fork()
         if init == 0:
-            _init(libc, run, state, hidden, keep, status_w)
+            _init(libc, run, state, folders, keep, status_w)
         os.waitpid(init, 0)
     except BaseException:  # noqa: BLE001 - the harness's own failure: said in the output, the run gets no status
         traceback.print_exc()
@@ -133,8 +138,8 @@ def start_run(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tupl
         os._exit(0)
 
 
-def start_plain_run(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tuple[int, ...],
-                    status_w: int) -> int:
+def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]],
+                    keep: tuple[int, ...], status_w: int) -> int:
     """Forks the run itself, without namespaces (no sandbox: nothing to hide it from, no
     capability to drop); returns its pid, whose wait status is the run's."""
     pid = os.fork()
@@ -149,7 +154,8 @@ def start_plain_run(libc: Libc, run, state: State, hidden: tuple[str, ...], keep
     return pid
 
 
-def _init(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tuple[int, ...], status_w: int) -> None:
+def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
+          status_w: int) -> None:
     """The run's init: makes its view of the filesystem, starts the run, relays how it ended.
     When it exits, the kernel kills whatever the run left in its pid namespace."""
     try:
@@ -158,8 +164,13 @@ def _init(libc: Libc, run, state: State, hidden: tuple[str, ...], keep: tuple[in
             f.write(RUN_OOM_SCORE)
         libc.prctl(PR_SET_DUMPABLE, 0)  # the run must not trace its init
         libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
+        hidden, writable = folders
         for folder in hidden:
             libc.mount("hidden", folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+        for folder in writable:  # nothing the run writes can be run or loaded as code (a compiled module, say)
+            flags = os.statvfs(folder).f_flag
+            kept = sum(ms for st, ms in STATVFS_TO_MOUNT if flags & st)
+            libc.mount(None, folder, None, MS_REMOUNT | MS_BIND | MS_NOEXEC | kept)
         child = os.fork()
         if child == 0:
             try:

@@ -205,8 +205,9 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     send, send_file = report.senders(report_fd)
     shell = _shell()
     trace = guard.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
+    probes.TRACE_FACTORY = guard.sealed_traces()
     watched = types.MappingProxyType({pid: tuple(names) for pid, names in plan["watch"].items()})
-    io = (send, send_file, guard.checker(send, PREPARED[0]), trace, watched)
+    io = (send, send_file, guard.checker(send, guard.snapshot()), trace, watched)
     guard.install(send)
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:
@@ -249,10 +250,6 @@ def warm_up() -> None:
 
     with probes.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s
         probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
-    PREPARED[:] = [guard.prepare(probe.__code__)]
-
-
-PREPARED: list = []
-"""What :func:`warm_up` made ready for every run: the snapshot of what the trusted code calls."""
+    guard.prepare(probe.__code__)
 
 

@@ -141,7 +141,7 @@ class Gate:
 
 
 def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolated: bool, state: isolate.State,
-            memory_bytes: int) -> tuple[int, str]:
+            memory_bytes: int, writable: tuple[str, ...]) -> tuple[int, str]:
     """Starts a run, writes what it reports, watches it until it ends; returns its wait status
     and why the server stopped it (``"memory"``, or ``""``)."""
     plan_path, inputs_path, out_dir = paths
@@ -161,8 +161,9 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
 
     journal({"event": "ready", "run": token})
     start = isolate.start_run if isolated else isolate.start_plain_run
+    hidden = isolate.HIDDEN + (out_dir, course_dir)
     helper = start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
-                   isolate.HIDDEN + (out_dir, course_dir), (report_w, course_r), status_w)
+                   (hidden, tuple(folder for folder in writable if folder not in hidden)), (report_w, course_r), status_w)
     for fd in (report_w, status_w, course_r):
         os.close(fd)
     os.set_blocking(report_r, False)
@@ -205,7 +206,7 @@ def serve(paths: tuple[str, str, str], isolated: bool, folders: list[str], memor
             wipe(folder, before[folder])
         sys.stdout.flush()
         sys.stderr.flush()
-        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes)
+        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes, tuple(folders))
         more = False
         if isolated:
             end_leftovers()

@@ -482,9 +482,9 @@ def _numel(shape: tuple[int, ...]) -> int:
     return count
 
 
-class TensorTrace(TorchDispatchMode):
-    """What the tensors made while a block runs cost, whatever code made them (forward and
-    backward passes alike): the judged record of attention that must fit in memory.
+class TraceTotals:
+    """What the tensors made while a block runs cost (the accounting of a :class:`TensorTrace`),
+    from the operators that ran, whatever code made them (forward and backward passes alike):
 
     * ``largest``: the shape of the largest tensor an operator created with new memory (a view
       of an input, or a result written into one, holds none);
@@ -499,7 +499,6 @@ class TensorTrace(TorchDispatchMode):
     """
 
     def __init__(self):
-        super().__init__()
         self.largest: tuple[int, ...] = ()
         self.live: dict[int, int] = {}   # data pointer -> bytes, for created tensors not yet freed
         self.live_bytes = 0
@@ -508,55 +507,48 @@ class TensorTrace(TorchDispatchMode):
         self.exponentials = 0
         self.saved: list[tuple[int, ...]] = []
 
-    def _created(self, tensor: torch.Tensor, given: set[int]) -> None:
+    def operator(self, func, args, kwargs: dict, result) -> list:
+        """Counts what one operator's call made; returns the storages it counted as new, which count
+        until they are freed (:meth:`freed`)."""
+        name = func.overloadpacket.__name__
+        given = {t.untyped_storage().data_ptr() for t in _tensors_in(list(args) + list(kwargs.values()))}
+        outputs = _tensors_in(result)
+        created = [storage for out in outputs if (storage := self._created(out, given)) is not None]
+        self.widest = max(self.widest, _reduced_length(name, args, kwargs))
+        if name in EXPONENTIALS or (name == "pow" and not isinstance(args[0], torch.Tensor)):
+            self.exponentials += sum(out.numel() for out in outputs)
+        return created
+
+    def _created(self, tensor: torch.Tensor, given: set[int]):
         """Counts ``tensor`` if its memory is new: not an input's (a view of one, or one written
-        in place) nor a tensor's already counted. It counts until its storage is freed."""
+        in place) nor a tensor's already counted; returns its storage then."""
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()
         if tensor.numel() == 0 or pointer in given or pointer in self.live:
-            return
+            return None
         if tensor.numel() > _numel(self.largest):
             self.largest = tuple(tensor.shape)
         self.live[pointer] = storage.nbytes()
         self.live_bytes += self.live[pointer]
         self.peak = max(self.peak, self.live_bytes)
-        weakref.finalize(storage, self._freed, pointer)
+        return storage
 
-    def _freed(self, pointer: int) -> None:
+    def freed(self, pointer: int) -> None:
         self.live_bytes -= self.live.pop(pointer, 0)
 
-    @staticmethod
-    def _reduced_length(name: str, args, kwargs: dict) -> int:
-        """The longest dimension the operator ``name`` combined numbers along (0 for operators
-        that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
-        tile, its longest side."""
-        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if source is None or not (name in REDUCTIONS or name in ALONG_A_DIMENSION):
-            return 0
-        if source.dim() == 0:
-            return 1
-        position = 2 if name in ("norm", "linalg_vector_norm") else 1
-        dim = kwargs.get("dim", args[position] if len(args) > position else None)
-        if isinstance(dim, torch.Tensor) or (dim is not None and not isinstance(dim, (int, list, tuple))):
-            return 0   # a binary form (max of two tensors), not a reduction
-        dims = range(source.dim()) if dim is None or dim == [] else [dim] if isinstance(dim, int) else dim
-        return max(source.shape[d] for d in dims)
+    NAMES = ("largest", "peak", "live_bytes", "widest", "exponentials", "saved")
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        inputs = _tensors_in(list(args) + list((kwargs or {}).values()))
-        outputs = _tensors_in(result)
-        given = {t.untyped_storage().data_ptr() for t in inputs}
-        for out in outputs:
-            self._created(out, given)
-        self.widest = max(self.widest, self._reduced_length(name, args, kwargs or {}))
-        if name in EXPONENTIALS or (name == "pow" and not isinstance(args[0], torch.Tensor)):
-            self.exponentials += sum(out.numel() for out in outputs)
-        return result
+    def value(self, name: str):
+        """One of the totals (:data:`NAMES`), by name."""
+        if name not in self.NAMES:
+            raise AttributeError(name)
+        return getattr(self, name)
+
+    def saved_tensor(self, shape: tuple[int, ...]) -> None:
+        self.saved.append(shape)
 
     def record(self, prefix: str) -> dict[str, torch.Tensor]:
-        """The trace as a probe's record: ``<prefix>.largest`` (a shape), ``.peak``, ``.live``,
+        """The totals as a probe's record: ``<prefix>.largest`` (a shape), ``.peak``, ``.live``,
         ``.widest``, ``.exponentials`` and ``.saved.<i>`` (shapes)."""
         gc.collect(1)  # tensors held only by a reference cycle just made are not kept (the young generations suffice)
         record = {f"{prefix}.largest": torch.tensor(self.largest, dtype=torch.long),
@@ -567,17 +559,64 @@ class TensorTrace(TorchDispatchMode):
         return record
 
 
+def _reduced_length(name: str, args, kwargs: dict) -> int:
+    """The longest dimension the operator ``name`` combined numbers along (0 for operators
+    that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
+    tile, its longest side."""
+    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if source is None or not (name in REDUCTIONS or name in ALONG_A_DIMENSION):
+        return 0
+    if source.dim() == 0:
+        return 1
+    position = 2 if name in ("norm", "linalg_vector_norm") else 1
+    dim = kwargs.get("dim", args[position] if len(args) > position else None)
+    if isinstance(dim, torch.Tensor) or (dim is not None and not isinstance(dim, (int, list, tuple))):
+        return 0   # a binary form (max of two tensors), not a reduction
+    dims = range(source.dim()) if dim is None or dim == [] else [dim] if isinstance(dim, int) else dim
+    return max(source.shape[d] for d in dims)
+
+
+class TensorTrace(TorchDispatchMode):
+    """A dispatch mode that keeps :class:`TraceTotals` of what runs while it is on: the judged
+    record of attention that must fit in memory (its fields: ``trace.largest``, ``trace.peak``,
+    ...). In the grading sandbox, the grader's own subclass keeps them where no other code can
+    reach them."""
+
+    def __init__(self):
+        super().__init__()
+        self.totals = TraceTotals()
+
+    def __getattr__(self, name: str):
+        return self.__dict__["totals"].value(name)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for storage in self.totals.operator(func, args, kwargs or {}, result):
+            weakref.finalize(storage, self.totals.freed, storage.data_ptr())
+        return result
+
+    def saved_tensor(self, shape: tuple[int, ...]) -> None:
+        self.totals.saved_tensor(shape)
+
+    def record(self, prefix: str) -> dict[str, torch.Tensor]:
+        return self.totals.record(prefix)
+
+
 @contextlib.contextmanager
 def trace_tensors():
     """Yields a :class:`TensorTrace` of what runs in the block."""
-    trace = TensorTrace()
+    trace = TRACE_FACTORY()
 
     def pack(tensor):
-        trace.saved.append(tuple(tensor.shape))
+        trace.saved_tensor(tuple(tensor.shape))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), trace:
         yield trace
+
+
+TRACE_FACTORY = TensorTrace
+"""What :func:`trace_tensors` makes a trace with (the grading sandbox puts its own in place)."""
 
 
 def flatten_arguments(arguments: dict) -> tuple[dict, dict[str, torch.Tensor]]:
