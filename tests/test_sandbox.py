@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import sandbox
 from autograder.sandbox import Isolation, Limits, detect_isolation, run_sandboxed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ BOTH = [pytest.param(ISOLATION, marks=needs_bwrap, id="bubblewrap"), pytest.para
 
 def run(code, *, isolation=ISOLATION, limits=Limits(), readonly=None, writable=None, env=None,
         cwd="/tmp", watch=None):
-    return run_sandboxed([sys.executable, "-c", textwrap.dedent(code)], readonly=readonly or {},
+    return run_sandboxed(["python", "-c", textwrap.dedent(code)], readonly=readonly or {},
                          writable=writable or {}, limits=limits, env=env or {}, cwd=cwd,
                          isolation=isolation, watch=watch)
 
@@ -320,7 +321,8 @@ def test_environment_is_only_what_the_caller_gives(isolation, monkeypatch):
 def test_python_on_the_path_is_the_graders_venv(isolation):
     result = run_sandboxed(["python", "-c", "import sys; print(sys.prefix)"], readonly={},
                            writable={}, limits=Limits(), env={}, cwd="/tmp", isolation=isolation)
-    assert (result.returncode, result.output.strip()) == (0, sys.prefix)
+    inside = sandbox.VENV if isolation.name == "bubblewrap" and sys.prefix != sys.base_prefix else sys.prefix
+    assert (result.returncode, result.output.strip()) == (0, inside)
 
 
 @needs_bwrap

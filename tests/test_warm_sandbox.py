@@ -10,11 +10,15 @@ clean second run means they are gone, not that the search is blind.
 """
 
 import signal
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from autograder import runner, sandbox
+
+REPO = Path(__file__).resolve().parents[1]
 
 ISOLATION = sandbox.detect_isolation()
 
@@ -161,3 +165,21 @@ def test_without_bubblewrap_every_run_gets_a_server_of_its_own():
             errors, output = run(worker, "import os\nprint('pid', os.getpid(), 6 * 7)")
             assert errors == [] and " 42" in output
             assert not worker.session.alive
+
+
+def test_a_run_names_no_folder_of_the_host(worker):
+    """Nothing a run can read names the course folder (where ``make`` puts the environment) or the
+    grader's working folders: not the interpreter's paths, the environment, the installed files
+    that record where a package came from, nor /proc (a run sees none)."""
+    host = [str(REPO), sys.prefix, str(worker.root)]
+    errors, output = run(worker, f"""
+import os, sys, sysconfig
+seen = [sys.prefix, sys.executable, *sys.path, *os.environ.values(), os.getcwd(), *os.listdir("/proc")]
+site = sysconfig.get_paths()["purelib"]
+for name in os.listdir(site):
+    path = os.path.join(site, name, "direct_url.json") if name.endswith(".dist-info") else os.path.join(site, name)
+    if name.startswith("__editable__") or name.endswith((".pth", ".dist-info")) and os.path.isfile(path):
+        seen.append(open(path, "rb").read().decode("utf-8", "replace"))
+print("LEAKS", [h for h in {host!r} if any(h in text for text in seen)])
+""")
+    assert errors == [] and printed(output, "LEAKS") == [], output

@@ -34,10 +34,10 @@ The package, one concern a module:
 * :mod:`~autograder.sandbox.session`: :class:`Session`, a sandbox kept warm for many requests.
 """
 
-from autograder.sandbox.confine import SANDBOX_UID, Isolation, Limits
+from autograder.sandbox.confine import SANDBOX_UID, VENV, Isolation, Limits
 from autograder.sandbox.detect import detect_isolation
 from autograder.sandbox.run import SandboxResult, run_sandboxed
 from autograder.sandbox.session import Reply, Session
 
-__all__ = ["SANDBOX_UID", "Isolation", "Limits", "Reply", "SandboxResult", "Session", "detect_isolation",
+__all__ = ["SANDBOX_UID", "VENV", "Isolation", "Limits", "Reply", "SandboxResult", "Session", "detect_isolation",
            "run_sandboxed"]

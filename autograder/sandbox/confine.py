@@ -41,6 +41,9 @@ import os
 import sys
 from dataclasses import dataclass
 
+VENV = "/grader/python"
+"""Where a sandbox shows the grader's virtual environment: a path that names nothing of the host's
+(``make`` puts the environment in the course folder)."""
 SANDBOX_UID = 65534
 """uid and gid of the student's process (``nobody``/``nogroup`` on Debian)."""
 _CAP_SYS_ADMIN = 21
@@ -124,7 +127,9 @@ class Isolation:
 def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
                 info_fd: int, data_fds: list[int], serve: bool = False) -> list[str]:
     """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`; with
-    ``serve``, the command keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace (see above)."""
+    ``serve``, the command keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace (see above).
+    ``data_fds`` hold the contents of ``/etc/passwd``, ``/etc/group`` and (empty) the
+    :func:`install_records`, in that order (:func:`data_files`)."""
     args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--info-fd", str(info_fd)]
@@ -166,8 +171,10 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
     args += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     args += parents("/tmp") + ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
-    for path in _interpreter_dirs():
-        args += parents(path) + ["--ro-bind", path, path]
+    for host, path in _interpreter_binds():
+        args += parents(path) + ["--ro-bind", host, path]
+    for fd, path in zip(data_fds[2:], install_records()):  # over the environment's own files
+        args += ["--perms", "0444", "--ro-bind-data", str(fd), path]
     binds = [(os.path.normpath(dest), "ro", src) for src, dest in readonly.items()]
     binds += [(os.path.normpath(dest), "rw", src) for src, dest in writable.items()]
     for dest, kind, src in sorted(binds, key=lambda bind: bind[0].count("/")):
@@ -179,9 +186,40 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
     return args + ["--remount-ro", "/", "--chdir", cwd]
 
 
-def _interpreter_dirs() -> list[str]:
-    """The grader's venv and base interpreter, which the sandbox sees at their host paths."""
-    dirs = {sys.prefix, sys.base_prefix,
-            os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    return sorted(d for d in dirs
-                  if not any(d == s or d.startswith(s + "/") for s in _SYSTEM_PATHS))
+def _interpreter_binds() -> list[tuple[str, str]]:
+    """The grader's base interpreter, at its host path (a virtual environment's ``python`` links
+    to it), and its virtual environment at :data:`VENV`: ``(host path, sandbox path)``."""
+    dirs = {sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    if not _in_venv():
+        dirs.add(sys.prefix)
+    binds = [(d, d) for d in sorted(dirs) if not any(d == s or d.startswith(s + "/") for s in _SYSTEM_PATHS)]
+    return binds + ([(sys.prefix, VENV)] if _in_venv() else [])
+
+
+def install_records() -> list[str]:
+    """Files of the virtual environment that record where a package was installed from (an
+    editable install's finder and path file, a ``direct_url.json``), at their sandbox paths: the
+    sandbox shows them empty, since they name the host's folders (the course's, often)."""
+    if not _in_venv():
+        return []
+    site = next((p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")), None)
+    if site is None:
+        return []
+    found = [os.path.join(site, name) for name in os.listdir(site) if name.startswith("__editable__")]
+    found += [os.path.join(site, name, "direct_url.json") for name in os.listdir(site)
+              if name.endswith(".dist-info") and os.path.exists(os.path.join(site, name, "direct_url.json"))]
+    return sorted(VENV + path[len(sys.prefix):] for path in found)
+
+
+def data_files() -> list[str]:
+    """What the sandbox's files made from data hold, in the order :func:`_bwrap_args` takes them."""
+    return [_PASSWD, _GROUP, *("" for _ in install_records())]
+
+
+def _in_venv() -> bool:
+    return sys.prefix != sys.base_prefix
+
+
+def sandbox_python() -> str:
+    """The grader's interpreter, as a sandbox finds it."""
+    return f"{VENV}/bin/python" if _in_venv() else sys.executable

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-import sys
 
-from autograder.sandbox.confine import SANDBOX_UID, Isolation, Limits
+from autograder.sandbox.confine import SANDBOX_UID, Isolation, Limits, sandbox_python
 from autograder.sandbox.run import run_sandboxed
 
 
@@ -22,7 +21,7 @@ def detect_isolation() -> Isolation:
     if bwrap is None:
         return Isolation("none", "bubblewrap is not installed, so student code runs unconfined; "
                                  "install it with `apt-get install bubblewrap`")
-    probe = run_sandboxed([sys.executable, "-I", "-S", "-c", "pass"], readonly={}, writable={},
+    probe = run_sandboxed([sandbox_python(), "-I", "-S", "-c", "pass"], readonly={}, writable={},
                           limits=Limits(wall_seconds=30), env={}, cwd="/",
                           isolation=Isolation("bubblewrap", "probe"))
     if probe.returncode != 0:

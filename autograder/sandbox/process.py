@@ -15,12 +15,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-from autograder.sandbox.confine import _GROUP, _PASSWD, _WRAPPER, Isolation, Limits, _bwrap_args
+from autograder.sandbox.confine import _WRAPPER, Isolation, Limits, _bwrap_args, data_files, sandbox_python
 from autograder.sandbox.folders import _WritableFolders
 
-_BASE_ENV = {"PATH": f"{os.path.join(sys.prefix, 'bin')}:/usr/local/bin:/usr/bin:/bin",
-             "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-"""The environment under the caller's: ``python`` is the grader's venv, which the sandbox shows."""
+_BASE_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+"""The environment under the caller's; ``PATH`` (:func:`_path`) puts the grader's ``python`` first."""
+
+
+def _path(sandboxed: bool) -> str:
+    """``PATH``: the grader's environment's programs first, where the command sees them."""
+    bin_dir = os.path.dirname(sandbox_python()) if sandboxed else os.path.join(sys.prefix, "bin")
+    return f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
 
 _READ_CHUNK = 1 << 16
 _POLL_SECONDS = 0.1
@@ -77,17 +82,17 @@ def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str,
         stdin, control = os.pipe()
         stack.callback(os.close, control)
         child_ends.append(stdin)
-    command = [sys.executable, "-I", "-S", "-c", _WRAPPER, json.dumps(spec), *argv]
+    command = [sandbox_python() if sandboxed else sys.executable, "-I", "-S", "-c", _WRAPPER, json.dumps(spec), *argv]
     if sandboxed:
         info_r = _pipe(stack, child_ends)
         info_w = child_ends[-1]
-        data_fds = [_data_fd(_PASSWD, child_ends), _data_fd(_GROUP, child_ends)]
+        data_fds = [_data_fd(text, child_ends) for text in data_files()]
         command = [shutil.which("bwrap") or "bwrap",
                    *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds, serve),
                    "--", *command]
     start = time.monotonic()
     proc = subprocess.Popen(command, stdin=stdin, stdout=out_w,
-                            stderr=subprocess.STDOUT, env={**_BASE_ENV, **env},
+                            stderr=subprocess.STDOUT, env={"PATH": _path(sandboxed), **_BASE_ENV, **env},
                             cwd="/" if sandboxed else cwd, start_new_session=True,
                             pass_fds=[fd for fd in child_ends if fd not in (out_w, stdin)])
     stack.callback(_reap, proc)  # if anything here raises (even ^C), the sandbox goes too
