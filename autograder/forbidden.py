@@ -25,15 +25,19 @@ def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]
     with a forbidden call already (a ``my_attention`` that an attention class reuses), or inside
     the course's code, is ``excused``: one mistake costs points once. Any other is this item's,
     whichever cell it seems to come from: an answer that calls the library through another
-    answer's helper, or through code compiled under another cell's name, gains nothing."""
+    answer's helper, or through code compiled under another cell's name, gains nothing.
+
+    A call with no notebook cell on its stack at all is PyTorch's autograd engine running the
+    backward of a forbidden call (the check's own ``backward()``): it belongs with the forward
+    calls of its name, and is this item's only where no forward call of the name was seen."""
     names = runtime_names(forbids)
-    used = set()
+    owners: dict[str, set[int | None]] = {}
     for runtime, stacks in ran.items():
-        for stack in stacks:
-            owner = next((cell for cell in stack if cell in answer_cells), None)
-            if runtime in names and (owner == own_cell or owner not in excused):
-                used.add(names[runtime])
-    return sorted(used)
+        if runtime in names:
+            found = owners.setdefault(names[runtime], set())
+            found.update(next((cell for cell in stack if cell in answer_cells), None) for stack in stacks if stack)
+    return sorted(name for name, found in owners.items()
+                  if not found or any(owner == own_cell or owner not in excused for owner in found))
 
 
 def found_by_witness(forbids: tuple[str, ...], witnessed: set[str]) -> list[str]:

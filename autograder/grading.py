@@ -393,7 +393,7 @@ def extra_notebooks(folder: Path, graded: set[str], assignment: Assignment, pres
     return flags
 
 
-def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
+def find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]) -> Path | None:
     """The submitted notebook for ``name``; a single notebook under another name stands in
     for a single missing one (students rename files), with a flag."""
     path = folder / f"{name}.ipynb"
@@ -407,9 +407,12 @@ def _find_notebook(folder: Path, name: str, expected: set[str], flags: list[str]
 
 
 def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight,
-               run: runner.RunResult | None, earlier: dict[str, ItemResult] | None = None) -> ItemResult:
+               run: runner.RunResult | None, earlier: dict[str, ItemResult] | None = None,
+               flags: list[str] | None = None) -> ItemResult:
     """One item's result from its preflight status or its probe outcomes; ``earlier`` holds the
-    results of the items before it in its notebook (one mistake costs points once)."""
+    results of the items before it in its notebook (one mistake costs points once). What it notes
+    for the instructor goes to ``flags`` (default: the notebook's, ``pre.flags``)."""
+    flags = pre.flags if flags is None else flags
     base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0, answer=item.answer_id)
     if pre.fatal:
         status = "missing" if pre.fatal.startswith("No notebook") else "error"
@@ -421,9 +424,9 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     charged = {pre.answer(other.answer).index for other in (earlier or {}).values()
                if other.status == "forbidden" and pre.answer(other.answer)}
     result = _judge_probes(item, [f"{item.grade_id}.{i}" for i in range(len(item.checks))], assignment, pre, run,
-                           ItemResult(status="passed", message="All hidden checks passed.", **base), charged)
+                           ItemResult(status="passed", message="All hidden checks passed.", **base), charged, flags)
     if result.status != "passed":
-        result = _charged_once(item, result, assignment, pre, run, earlier or {})
+        result = _charged_once(item, result, assignment, pre, run, earlier or {}, flags)
     if result.status != "passed":
         return result
     result.score = item.points
@@ -435,9 +438,10 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
 
 
 def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
-                  passed: ItemResult, charged: set[int]) -> ItemResult:
+                  passed: ItemResult, charged: set[int], flags: list[str]) -> ItemResult:
     """``passed`` when every probe of ``pids`` passes; otherwise the first problem, as a result.
-    ``charged``: the answer cells of earlier items charged with a forbidden call."""
+    ``charged``: the answer cells of earlier items charged with a forbidden call; what the
+    instructor should know (tampering, a forbidden call) is added to ``flags``."""
     answer = pre.answer(item.answer_id)
     answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
     failed = replace(passed, status="failed")
@@ -448,14 +452,14 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
         unseen = [] if outcome.ran else found_by_witness(item.forbids, outcome.witnessed)
         note = (f"Tampering: while answer {item.answer_id!r} was checked, PyTorch's profiler saw {', '.join(unseen)} "
                 f"run, and the grader's trace saw nothing: the trace was turned off.")
-        if unseen and note not in pre.flags:
-            pre.flags.append(note)
+        if unseen and note not in flags:
+            flags.append(note)
         if used or unseen:
             used = used or unseen
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
                     f"(seen in what ran, not in its text).")
-            if flag not in pre.flags:
-                pre.flags.append(flag)
+            if flag not in flags:
+                flags.append(flag)
             return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
                            f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
                            "(the grader sees the operations that run, whatever name reached them).")
@@ -478,7 +482,7 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
 
 
 def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: Preflight, run: runner.RunResult,
-                  earlier: dict[str, ItemResult]) -> ItemResult:
+                  earlier: dict[str, ItemResult], flags: list[str]) -> ItemResult:
     """A failed item's result once a mistake already charged elsewhere is taken out of it.
 
     When an item it builds on did not pass, the item is judged by the probes that ran with the
@@ -499,7 +503,7 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
         course = _judge_probes(item, pids, assignment, pre, run, replace(
             result, status="passed", hint="", mistake=None,
             message=f"All hidden checks passed, run on the course's {names} in place of yours, because {where} did "
-                    f"not pass and lost its points there (one mistake costs points once)."), set())
+                    f"not pass and lost its points there (one mistake costs points once)."), set(), flags)
         if course.status == "failed":
             course.message = f"With the course's {names} in place of yours: {course.message}"
         return course if course.status in ("passed", "failed") else result
@@ -566,21 +570,17 @@ def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.
 
 def _late_items(assignment: Assignment, notebook: str, pre: Preflight, run: runner.RunResult) -> set[str]:
     """The items to check again with the course's code below them: those written, failing on their
-    own answers, that build on an item failing on its own too."""
+    own answers (judged as they will be, but noting nothing yet), that build on an item failing too."""
     blank = dict(answer_cells(assignment.release[notebook]))
-    failing, written = set(), set()
+    failing, written, earlier = set(), set(), {}
     for item in assignment.items[notebook]:
-        pids = [f"{item.grade_id}.{i}" for i in range(len(item.checks))]
-        answer = pre.answer(item.answer_id)
-        if item.grade_id in pre.item_status or not all(pid in run.outcomes for pid in pids) or answer is None:
-            failing.add(item.grade_id)
-            continue
-        verdict = _judge_probes(item, pids, assignment, pre, run, ItemResult(
-            item.grade_id, notebook, 0.0, item.points, "passed", ""), set())
-        if verdict.status != "passed":
-            failing.add(item.grade_id)
-        if answer.source.strip() != blank.get(item.answer_id, "").strip():
-            written.add(item.grade_id)
+        gid, answer = item.grade_id, pre.answer(item.answer_id)
+        if gid in pre.item_status or answer and all(f"{gid}.{i}" in run.outcomes for i in range(len(item.checks))):
+            earlier[gid] = judge_item(item, notebook, assignment, pre, run, earlier, [])
+        if gid not in earlier or earlier[gid].status != "passed":
+            failing.add(gid)
+        if gid not in pre.item_status and answer and answer.source.strip() != blank.get(item.answer_id, "").strip():
+            written.add(gid)  # preflight's own status (missing, forbidden by name) is the item's own mistake
     return {gid for gid in failing & written if set(assignment.below.get(gid, ())) & failing}
 
 
@@ -592,7 +592,7 @@ def grade_submission(course: Course, assignment: Assignment, student: str,
                               checks_version=assignment.checks_version)
     pres, graded = {}, set()
     for notebook in assignment.release:
-        path = _find_notebook(folder, notebook, set(assignment.release), result.flags)
+        path = find_notebook(folder, notebook, set(assignment.release), result.flags)
         graded |= {path.name} if path else set()
         items, pres[notebook] = grade_notebook(assignment, notebook, path, worker)
         result.items.extend(items)

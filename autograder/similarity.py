@@ -33,7 +33,7 @@ import numpy as np
 
 from autograder.errors import GradingError
 from autograder.fingerprints import Fingerprint, fingerprint
-from autograder.grading import Course, _find_notebook, answer_cells, load_items
+from autograder.grading import Course, answer_cells, find_notebook, load_items
 from autograder.preflight import grade_ids, read_notebook
 
 CLASSMATE, REFERENCE, PUBLIC = "classmate", "course reference", "public code"
@@ -237,7 +237,7 @@ def _submitted_answers(course: Course, assignment: str, student: str, notebooks:
     folder = course.submission_folder(assignment, student)
     found = {}
     for notebook in notebooks:
-        path = _find_notebook(folder, notebook, set(notebooks), [])  # as grading finds it, renamed or not
+        path = find_notebook(folder, notebook, set(notebooks), [])  # as grading finds it, renamed or not
         if path is None:
             notes.append(f"{student}: the submission has no {notebook}.ipynb; nothing of it was compared.")
             continue
