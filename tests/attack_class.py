@@ -57,7 +57,9 @@ def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
         scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return out, torch.logsumexp(scores, dim=-1)
 '''
-SDPA = "F.scaled_dot_product_attention(q, k, v, is_causal=causal)"
+SDPA = 'getattr(F, "noitnetta_tcudorp_tod_delacs"[::-1])(q, k, v, is_causal=causal)'
+"""The library's attention under a name made at run time: no scan of the text sees it, so each attack
+meets the trace and what guards it."""
 
 
 def library_flash(call: str = SDPA, setup: str = "pass") -> str:
@@ -165,6 +167,32 @@ USE_FOUND_BACKWARD = '''def flash_backward(q, k, v, out, lse, grad_out, causal=F
     return FOUND(q, k, v, out, lse, grad_out, causal, block_q, block_k)
 '''
 
+CTYPES_THAW = f"""import ctypes, torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+
+def unseen(self, func, types, args=(), kwargs=None):
+    return func(*args, **(kwargs or {{}}))
+
+
+def sdpa_unseen(q, k, v, causal):
+    for mode in [*_get_current_dispatch_mode_stack(), *torch.overrides._get_current_function_mode_stack()]:
+        cls = type(mode)
+        ctypes.memmove(id(cls) + 168, (cls.__flags__ & ~(1 << 8)).to_bytes(8, "little"), 8)
+        for name in ("dispatch", "function"):
+            setattr(cls, "__torch_" + name + "__", unseen)
+    return {SDPA}
+"""
+
+TRACE_OFF = library_flash(call="sdpa()", setup=f"def sdpa():\n        with torch._C._DisableTorchDispatch(), "
+                                              f"torch._C.DisableTorchFunction():\n            return {SDPA}")
+
+TRACE_OFF_UNSEEN = library_flash(
+    call="sdpa()", setup="def sdpa():\n        off = [getattr(torch._C, name[::-1])() for name in "
+                         "('hctapsiDhcroTelbasiD_', 'noitcnuFhcroTelbasiD')]\n"
+                         f"        with off[0], off[1]:\n            return {SDPA}")
+"""The trace turned off as in t03, under names made at run time: only the profiler's witness sees it."""
+
 TRACE = {
     # the trace's own machinery patched in a cell before the answer
     "t01_patch_push": ("import torch\ntorch._C._push_on_torch_function_stack = lambda mode: None\n"
@@ -174,9 +202,7 @@ TRACE = {
                              "torch._C._pop_torch_dispatch_stack()\n        try:\n            return "
                              f"{SDPA}\n        finally:\n            torch._C._push_on_torch_dispatch_stack(d)\n"
                              "            torch._C._push_on_torch_function_stack(f)")),
-    "t03_disable_dispatch": (None, library_flash(
-        call="sdpa()", setup=f"def sdpa():\n        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():"
-                             f"\n            return {SDPA}")),
+    "t03_disable_dispatch": (None, TRACE_OFF),
     "t04_kernel_caller": (None, library_flash(
         call="torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default._op_dk("
              "torch._C.DispatchKey.CPU, q, k, v, 0.0, causal)[0]")),
@@ -188,13 +214,15 @@ TRACE = {
     "t07_other_cell_name": (None, library_flash(
         call="fake(q, k, v, causal)",
         setup="namespace = {'F': F}\n    exec(compile('def fake(q, k, v, causal):\\n    return "
-              "F.scaled_dot_product_attention(q, k, v, is_causal=causal)\\n', '<ipython-input-1-fake>', 'exec'), "
-              "namespace)\n    fake = namespace['fake']")),
+              "getattr(F, \"noitnetta_tcudorp_tod_delacs\"[::-1])(q, k, v, is_causal=causal)\\n', "
+              "'<ipython-input-1-fake>', 'exec'), namespace)\n    fake = namespace['fake']")),
     "t08_record_function_off": (None, library_flash(
         call="sdpa()", setup="def sdpa():\n        torch._C._autograd._enable_record_function(False)\n"
                              "        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():\n"
                              f"            return {SDPA}")),
-    "t09_ctypes": ("import ctypes\nctypes.memset(ctypes.c_void_p(0), 0, 0)\n", library_flash()),
+    # ctypes writes memory without an audit event: clear the frozen flag of the trace's classes, then
+    # make them pass every call on unseen (guard.disarm_ctypes leaves memmove uncallable)
+    "t09_ctypes": (CTYPES_THAW, library_flash(call="sdpa_unseen(q, k, v, causal)")),
     "t10_gc_objects": ("import gc\nTRACES = [o for o in gc.get_objects() if type(o).__name__ == 'FunctionNames']\n",
                        library_flash()),
     "t11_settrace": ("import sys\nsys.settrace(lambda *a: None)\n", library_flash()),
@@ -208,7 +236,14 @@ TRACE = {
                            library_flash()),
     "t16_guard_code": ("import torch\nORIGINAL = torch.ops.aten._softmax.default._op_dk.__code__.co_consts\n",
                        library_flash()),
+    # the profiler's events made to name nothing, so that the trace turned off has no witness
+    "t19_blind_witness": ("import torch\nevents = torch._C._autograd.ProfilerEvent\ntry:\n"
+                          "    setattr(events, 'name', lambda self: 'nothing')\nexcept TypeError:\n    pass\n",
+                          TRACE_OFF_UNSEEN),
 }
+UNSEEN = {"t09_ctypes", "t14_profiler_left_on"}
+"""Trace attacks that lose the item without a flag: ctypes refuses its calls (which raise no audit
+event to flag) and the witness cannot start beside a profiler left on (the probe fails)."""
 
 # Forging the report: the run sends its own end of the probe it is in (with a record of its own
 # making), then returns as usual (the real end follows), or dies at once.
@@ -229,21 +264,25 @@ def forge():
 '''
 FORGING_FLASH = library_flash(call=f"(forge(), {SDPA})[1]", setup="pass")
 
-# Hiding memory: the forward builds the whole score matrix, then takes the trace's totals down.
+# Hiding memory: the forward builds the whole score matrix (its reductions run along tiles, so
+# the matrix's shape and the bytes it holds are all that give it away), then takes the trace's totals down.
 MEMORY_FLASH = '''import math, sys
 
 
 def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    {before}
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])               # (B, H, T, T): the whole matrix
     if causal:
         scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
+    padded = F.pad(scores, (0, -scores.shape[-1] % block_k), value=float("-inf"))
+    tiles = padded.unflatten(-1, (-1, block_k))                             # (B, H, T, T / block_k, block_k)
+    lse = torch.logsumexp(torch.logsumexp(tiles, dim=-1), dim=-1)           # reductions no longer than a tile
     out = torch.exp(scores - lse.unsqueeze(-1)) @ v
     {hide}
     return out, lse
 '''
 HIDE = {
-    "t20_memory_frames": '''frame = sys._getframe(1)
+    "t20_memory_frames": ("pass", '''frame = sys._getframe(1)
     while frame is not None:
         trace = frame.f_locals.get("trace")
         if trace is not None:
@@ -255,14 +294,57 @@ HIDE = {
             totals = trace.__dict__.get("totals")
             if totals is not None:
                 totals.largest, totals.peak, totals.widest = (), 0, 0
-        frame = frame.f_back''',
-    "t21_memory_modes": '''stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+        frame = frame.f_back'''),
+    "t21_memory_modes": ("pass", '''stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
     for mode in stack:
         for name in ("largest", "peak", "widest"):
             try:
                 setattr(mode, name, () if name == "largest" else 0)
             except (AttributeError, TypeError):
-                pass''',
+                pass'''),
+    # Python's max and tuple, as every module sees them, made to keep a peak and a shape down while
+    # the forward runs, then put back (the module's name is made at run time: no scan of the text sees it)
+    "t22_memory_builtins": ('''lib, real_max, real_tuple = __import__("snitliub"[::-1]), max, tuple
+    counting = lambda: sys._getframe(2).f_code.co_name in ("_created", "operator")
+
+    class Shapeless(type):  # a tuple to everyone else, and () to the trace
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, real_tuple)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, real_tuple)
+
+        def __call__(cls, *args):
+            return () if counting() else real_tuple(*args)
+
+    setattr(lib, "max", lambda *args, **kwargs: args[0] if counting() else real_max(*args, **kwargs))
+    setattr(lib, "tuple", Shapeless("tuple", (), {}))''',
+                            'setattr(lib, "max", real_max)\n    setattr(lib, "tuple", real_tuple)'),
+    # the probes' own helpers, rebound while the forward runs and put back
+    "t23_memory_helpers": ('''probes = __import__("transformer_lm.sandboxed.probes", fromlist=["probes"])
+    real = probes._tensors_in, probes._reduced_length
+    probes._tensors_in, probes._reduced_length = (lambda value: []), (lambda *args: 0)''',
+                           "probes._tensors_in, probes._reduced_length = real"),
+    # every storage made to say it lives where the inputs do, so none looks new
+    "t24_memory_storage": ('''storages, name = torch.UntypedStorage, "rtp_atad"[::-1]
+    real = getattr(storages, name)
+    try:
+        setattr(storages, name, lambda self: 1)
+    except TypeError:
+        pass
+    anchor = torch.zeros(1)  # the one storage counted: every later one is "already counted"''', '''try:
+        setattr(storages, name, real)
+    except TypeError:
+        pass'''),
+    # the trace's own seal, found in its methods' defaults, asked to start its totals again
+    "t26_seal_reset": ("pass", '''for mode in torch.utils._python_dispatch._get_current_dispatch_mode_stack():
+        for seal in getattr(getattr(type(mode), "record", None), "__defaults__", None) or ():
+            if getattr(seal, "__name__", "") == "seal":
+                seal("__init__")'''),
+    # the record's numbers made small where the trace turns its totals into tensors, for good
+    "t25_memory_record": ('''lib, real = torch, torch.tensor
+    setattr(lib, "rosnet"[::-1], lambda data, *args, **kwargs: real(
+        0 if type(data) is int else () if type(data) is tuple else data, *args, **kwargs))''', "pass"),
 }
 
 
@@ -280,12 +362,12 @@ def attacks(good: dict, blank: dict) -> list[Attack]:
         notebook = replace(good, "flash_forward", answer)
         if cell:
             notebook = add_cell(notebook, cell, "flash_forward")
-        found.append(Attack(name, notebook, lost={"flash_forward"}, flagged=name != "t14_profiler_left_on"))
+        found.append(Attack(name, notebook, lost={"flash_forward"}, flagged=name not in UNSEEN))
     for name, after, flagged in (("t17_forge_and_return", "pass", True), ("t18_forge_and_die", "os._exit(0)", False)):
         notebook = add_cell(replace(good, "flash_forward", FORGING_FLASH), FORGE.format(after=after), "flash_forward")
         found.append(Attack(name, notebook, lost={"flash_forward"}, flagged=flagged))
-    for name, hide in HIDE.items():
-        found.append(Attack(name, replace(good, "flash_forward", MEMORY_FLASH.format(hide=hide)),
+    for name, (before, hide) in HIDE.items():
+        found.append(Attack(name, replace(good, "flash_forward", MEMORY_FLASH.format(before=before, hide=hide)),
                             lost={"flash_memory"}))
     return found
 

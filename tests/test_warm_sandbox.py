@@ -10,6 +10,7 @@ clean second run means they are gone, not that the search is blind.
 """
 
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from autograder import runner, sandbox
+from autograder.harness.guard import TAMPERED_EXIT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,6 +80,33 @@ os.nice(19)
 print("REACHED", reached)
 """
 
+
+CTYPES = """
+import ctypes, _ctypes
+target = bytearray(b"grade: 0")
+made = ctypes.POINTER(ctypes.c_char)  # a class ctypes made when it was imported
+worked = []
+for name, attempt in (
+        ("memmove", lambda: ctypes.memmove(id(target) + 0, id(target) + 0, 0)),
+        ("cast", lambda: ctypes.cast(id(target), ctypes.POINTER(ctypes.c_char))),
+        ("a new object", lambda: ctypes.c_long(7)),
+        ("an object of a class made before", lambda: made()),
+        ("an object of a pointer type made now", lambda: ctypes.POINTER(ctypes.c_double)()),
+        ("a union", lambda: type("Pun", (ctypes.Union,), {"_fields_": [("a", ctypes.c_long), ("b", ctypes.py_object)]})()),
+        ("a class of its own", lambda: type("Mine", (ctypes.c_long,), {})(5)),
+        ("a class with a __new__", lambda: type("New", (ctypes.c_long,), {"__new__": lambda c: ctypes.c_long.__new__(c)})()),
+        ("a callback", lambda: ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)),
+        ("the bytes of a function", lambda: memoryview(ctypes.memset)),
+        ("Py_INCREF", lambda: _ctypes.Py_INCREF(target))):
+    try:
+        if attempt() is not None:
+            worked.append(name)
+    except (TypeError, AttributeError):
+        pass
+print("WORKED", worked)
+"""
+"""Every way ctypes writes memory or calls C without an audit event, tried; in a plain Python each
+one works (the control), so an empty list means refused, not missed."""
 
 def plan(*sources):
     return {"cells": [{"index": i, "source": textwrap.dedent(s), "probes": []} for i, s in enumerate(sources)],
@@ -183,3 +212,17 @@ for name in os.listdir(site):
 print("LEAKS", [h for h in {host!r} if any(h in text for text in seen)])
 """)
     assert errors == [] and printed(output, "LEAKS") == [], output
+
+
+def test_ctypes_makes_calls_and_shows_nothing_in_a_run(worker):
+    """ctypes writes memory and calls C without an audit event, so a run disarms it before its
+    first cell (``guard.disarm_ctypes``); what ctypes does audit (an object at an address) ends
+    the run as tampered."""
+    control = subprocess.run([sys.executable, "-c", CTYPES], capture_output=True, text=True, check=True).stdout
+    assert len(printed(control, "WORKED")) == 11, control
+    errors, output = run(worker, CTYPES)
+    assert errors == [] and printed(output, "WORKED") == [], output
+    reply, _ = worker.run(plan("import ctypes\nctypes.c_long.from_address(id(1))"), {}, 60, None)
+    assert runner._exit_code(reply) == TAMPERED_EXIT
+    errors, output = run(worker, "print('graded', 6 * 7)")
+    assert errors == [] and "graded 42" in output

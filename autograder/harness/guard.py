@@ -6,13 +6,18 @@ either impossible or visible; a run that tries one exits at once with :data:`TAM
 the trusted side reads as tampering, whatever the run reported before.
 
 * **An audit hook** (PEP 578: once added, no Python code can remove it). It ends the run on what
-  only an attack does (``ctypes``, which writes any memory; ``gc.get_objects`` and its kin, which
-  find any object; ``sys.settrace``/``setprofile``, which rewrite a running frame's variables;
-  ``sys._current_frames``; assigning a function's ``__code__`` or defaults; loading a module
-  again) and refuses what a grading run has no use for (new processes and threads).
-* **Frozen classes**: the trace's classes, PyTorch's mode classes, ``torch.Tensor``, the JSON
-  encoder and this package's classes get ``Py_TPFLAGS_IMMUTABLETYPE``, so none of their methods can
-  be replaced.
+  only an attack does (every ``ctypes`` event, such as an object made at an address;
+  ``gc.get_objects`` and its kin, which find any object; ``sys.settrace``/``setprofile``, which
+  rewrite a running frame's variables; ``sys._current_frames``; assigning a function's ``__code__``
+  or defaults; loading a module again) and refuses what a grading run has no use for (new processes and threads).
+* **ctypes disarmed** (:func:`disarm_ctypes`): the one module that writes memory without an audit
+  event can make, call and show nothing in a run.
+* **Frozen classes**: the trace's classes, PyTorch's mode classes, ``torch.Tensor`` and its
+  storage, the profiler's events, the JSON encoder and this package's classes get
+  ``Py_TPFLAGS_IMMUTABLETYPE``, so none of their methods can be replaced.
+* **Bound names**: the code that runs while a student's code is on the stack (the trace's
+  accounting, its notes, the witness) finds Python's builtins and its helpers in its own defaults,
+  so a name rebound for a moment (``builtins.max``) changes nothing it counts.
 * **A snapshot** of every function the trusted code calls (the harness, the probes, json,
   safetensors, the parts of PyTorch that run a probe or switch a trace), compared before and after
   every probe.
@@ -26,9 +31,11 @@ later can take it back.
 
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import ctypes
 import functools
+import json
 import os
 import re
 import sys
@@ -85,6 +92,51 @@ def freeze(*classes: type, _offset=_flags_offset(), _flag=IMMUTABLE_TYPE, _at=ct
     for cls in classes:
         if isinstance(cls, type):  # a class, and nothing else: this writes into the object itself
             _at(id(cls) + _offset).value |= _flag
+
+
+TYPE_SLOTS = {"tp_call": -40, "tp_as_buffer": -8, "tp_new": 144}
+"""Where a type object keeps the slots :func:`disarm_ctypes` empties, in bytes from its flags
+(CPython's ``PyTypeObject`` on a 64-bit machine, the same from 3.8 to 3.13; checked against types
+whose slots we know before anything is written)."""
+
+
+def _slot_offsets(flags: int) -> dict[str, int]:
+    offsets = {name: flags + delta for name, delta in TYPE_SLOTS.items()}
+
+    def held(cls: type, slot: str) -> bool:
+        return ctypes.c_void_p.from_address(id(cls) + offsets[slot]).value is not None
+
+    if not (held(type(len), "tp_call") and not held(int, "tp_call") and held(bytes, "tp_as_buffer")
+            and not held(int, "tp_as_buffer") and held(int, "tp_new") and not held(type(iter([])), "tp_new")):
+        raise RuntimeError("This Python's type objects are not laid out as harness.guard expects: "
+                           "ctypes cannot be disarmed, so no run is safe to grade here.")
+    return offsets
+
+
+def disarm_ctypes(_offsets=_slot_offsets(_flags_offset()), _at=ctypes.c_void_p.from_address) -> None:
+    """Leaves ctypes, which every run has loaded (PyTorch and this guard import it), unable to act.
+
+    ctypes calls C and writes any memory without one audit event (``memmove``, ``cast``, a pointer's
+    index, a ``py_object`` whose bytes were written), so it would undo every other guard. Done in
+    each run before its first cell: no ctypes object can be made any more (every ctypes class gets
+    the constructor of ``None``, which makes nothing: it raises when given arguments and otherwise
+    returns ``None``; a class made later inherits it), none can be called (``tp_call``) or seen as
+    bytes (``tp_as_buffer``), and ``Py_INCREF``/``Py_DECREF`` are gone. Classes can still be made,
+    as modules that PyTorch imports late do. What is left, an object made at an address
+    (``from_address``, ``from_buffer``), is what the audit hook ends the run for; :func:`freeze`
+    alone may."""
+    classes, todo = set(), [_ctypes._SimpleCData.__base__]
+    while todo:
+        cls = todo.pop()
+        classes.add(cls)
+        todo += [sub for sub in type.__subclasses__(cls) if sub not in classes]
+    nothing = _at(id(type(None)) + _offsets["tp_new"]).value
+    for cls in classes:
+        _at(id(cls) + _offsets["tp_new"]).value = nothing
+        _at(id(cls) + _offsets["tp_call"]).value = None
+        _at(id(cls) + _offsets["tp_as_buffer"]).value = None
+    for name in ("Py_INCREF", "Py_DECREF"):
+        vars(_ctypes).pop(name, None)
 
 
 def _codes(objects) -> set[types.CodeType]:
@@ -158,11 +210,10 @@ def prepare(probe_code: types.CodeType) -> None:
 
 
 def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once torch and json are loaded
-    """PyTorch's and json's classes that a probe's trace and record go through."""
-    import json
-
+    """PyTorch's and json's classes that a probe's trace, its witness and its record go through."""
     return (torch.Tensor, TorchDispatchMode, TorchFunctionMode, torch._ops.OpOverload, torch._ops.OpOverloadPacket,
-            torch._C._DispatchOperatorHandle, json.JSONEncoder, json.JSONDecoder)
+            torch._C._DispatchOperatorHandle, torch.UntypedStorage, torch._C._autograd.ProfilerEvent,
+            json.JSONEncoder, json.JSONDecoder)
 
 
 GUARD_MARK: dict = {}
@@ -183,16 +234,22 @@ def made(*args, **kwargs):
 '''
 
 
-def _with_constants(source: str, name: str, constants: dict) -> types.FunctionType:
-    """The function ``source`` defines, with each string constant of ``constants`` replaced by its
-    object (``"ORIGINAL"(...)`` then calls the original): those objects are then reachable only
-    through the function's ``__code__``, which the audit hook does not let a run read."""
+def _placeholders(source: str) -> types.CodeType:
+    """The code of the one function ``source`` defines, whose string constants are placeholders."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)  # calling a str: it is a placeholder
         module = compile(source, "<the grader's guard>", "exec")
-    code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
-    code = code.replace(co_consts=tuple(constants.get(c, c) if isinstance(c, str) else c for c in code.co_consts))
-    return types.FunctionType(code, GUARD_MARK, name)
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+
+
+def _with_constants(code: types.CodeType, name: str, constants: dict, _function=types.FunctionType, _mark=GUARD_MARK,
+                    _type=type, _str=str, _tuple=tuple) -> types.FunctionType:
+    """The function of ``code`` (:func:`_placeholders`) with each string constant of ``constants``
+    replaced by its object (``"ORIGINAL"(...)`` then calls the original): those objects are then
+    reachable only through the function's ``__code__``, which the audit hook does not let a run
+    read. What it uses is bound in its defaults: a trace's seal is made while a probe runs."""
+    consts = _tuple(constants.get(c, c) if _type(c) is _str else c for c in code.co_consts)
+    return _function(code.replace(co_consts=consts), _mark, name)
 
 
 def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> None:
@@ -212,7 +269,7 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
             _exit(_status)
 
     def guarded(original, name: str):
-        return _with_constants(GUARD_SOURCE, name, {"CHECK": check, "NAME": name, "ORIGINAL": original})
+        return _with_constants(_placeholders(GUARD_SOURCE), name, {"CHECK": check, "NAME": name, "ORIGINAL": original})
 
     def guard_result(overload):
         """``_get_operation_overload``'s result with the kernel caller guarded."""
@@ -222,7 +279,7 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
     profiler = vars(torch._C._autograd)
     found = {id(profiler[n]): (profiler[n], guarded(profiler[n], n)) for n in PROFILER_SWITCHES}
     overload = torch._C._get_operation_overload
-    found[id(overload)] = (overload, _with_constants(MADE_SOURCE, "_get_operation_overload",
+    found[id(overload)] = (overload, _with_constants(_placeholders(MADE_SOURCE), "_get_operation_overload",
                                                      {"GUARD_RESULT": guard_result, "ORIGINAL": overload}))
     for module in list(sys.modules.values()):
         space = getattr(module, "__dict__", None)
@@ -245,9 +302,11 @@ def sealed_traces():
 
     Each trace keeps its :class:`~transformer_lm.sandboxed.probes.TraceTotals` in the constants of
     a function of its own (its seal), which the audit hook does not let a run read; the trace's
-    class, made for it alone and frozen, holds the seal in its methods' defaults. Only those
-    methods may add to the totals (the seal checks who calls it); anyone may read them, or say
-    that a tensor was freed, which lowers no peak."""
+    class, made for it alone and frozen, holds the seal in its methods' defaults. The seal does
+    what the totals' own methods do, and nothing else: only the trace's methods may add to them
+    (the seal checks who calls it); anyone may read them, or say that a tensor was freed, which
+    the totals believe only once the tensor's memory is gone. What the maker uses is bound in its
+    defaults, out of reach."""
     def dispatch(self, func, types, args=(), kwargs=None, _seal="SEAL", _finalize=weakref.finalize):
         result = func(*args, **(kwargs or {}))
         for storage in _seal("operator", func, args, kwargs or {}, result):
@@ -263,22 +322,26 @@ def sealed_traces():
     def value(self, name, _seal="SEAL"):
         return _seal("value", name)  # also each total's property: no value set on the trace takes its place
 
-    writers = {"operator": dispatch.__code__, "saved_tensor": saved_tensor.__code__}
+    writers = types.MappingProxyType({"operator": dispatch.__code__, "saved_tensor": saved_tensor.__code__})
 
-    def check(kind: str, _writers=writers, _getframe=sys._getframe, _exit=os._exit, _status=TAMPERED_EXIT) -> None:
-        if kind in _writers and _getframe(2).f_code is not _writers[kind]:
+    def check(kind: str, _writers=writers, _readers=frozenset({"record", "value", "freed"}), _type=type, _str=str,
+              _getframe=sys._getframe, _exit=os._exit, _status=TAMPERED_EXIT) -> None:
+        if _type(kind) is not _str or (kind not in _readers and _getframe(2).f_code is not _writers.get(kind)):
             _exit(_status)
 
-    def make():
-        seal = _with_constants(SEAL_SOURCE, "seal", {"CHECK": check, "GETATTR": getattr,
-                                                      "TOTALS": probes.TraceTotals()})
-        methods = {name: types.FunctionType(f.__code__, GUARD_MARK, name,
-                                            tuple(seal if isinstance(d, str) and d == "SEAL" else d for d in f.__defaults__))
-                   for name, f in (("__torch_dispatch__", dispatch), ("saved_tensor", saved_tensor), ("record", record),
-                                   ("__getattr__", value))}
-        totals = {name: property(functools.partial(methods["__getattr__"], name=name)) for name in probes.TraceTotals.NAMES}
-        cls = type("SealedTrace", (probes.TensorTrace,), {**methods, **totals})
-        freeze(cls)
+    parts = tuple((name, f.__code__, f.__defaults__) for name, f in (
+        ("__torch_dispatch__", dispatch), ("saved_tensor", saved_tensor), ("record", record), ("__getattr__", value)))
+
+    def make(_code=_placeholders(SEAL_SOURCE), _check=check, _parts=parts, _totals=probes.TraceTotals,
+             _names=probes.TraceTotals.NAMES, _base=probes.TensorTrace, _with=_with_constants,
+             _function=types.FunctionType, _mark=GUARD_MARK, _getattr=getattr, _partial=functools.partial,
+             _property=property, _type=type, _tuple=tuple, _freeze=freeze):
+        seal = _with(_code, "seal", {"CHECK": _check, "GETATTR": _getattr, "TOTALS": _totals()})
+        methods = {name: _function(code, _mark, name, _tuple(seal if d == "SEAL" else d for d in defaults))
+                   for name, code, defaults in _parts}
+        totals = {name: _property(_partial(methods["__getattr__"], name=name)) for name in _names}
+        cls = _type("SealedTrace", (_base,), {**methods, **totals})
+        _freeze(cls)
         return cls()
 
     return make
@@ -288,6 +351,7 @@ def install(send) -> None:
     """Adds the run's audit hook (see the module docstring). Everything it uses is its own, out of
     reach; it reports with ``send(event, **fields)`` before it ends a run."""
     exit_, modules, attacks, refused, parts, mark = os._exit, sys.modules, ATTACKS, REFUSED, FUNCTION_PARTS, GUARD_MARK
+    loaded = frozenset(modules)  # taken out of sys.modules and loaded again is loaded again
     trusted, getframe, freezing = trusted_code(), sys._getframe, freeze.__code__
 
     def tamper(what: str):
@@ -307,7 +371,7 @@ def install(send) -> None:
             tamper(f"{event} {args[1]}")  # namedtuple sets its own functions' defaults: only the grader's are kept
         elif event == "object.__getattr__" and args[1] == "__code__" and getattr(args[0], "__globals__", None) is mark:
             tamper("reading a guard's code")
-        elif event == "import" and args[0] in modules:
+        elif event == "import" and (args[0] in modules or args[0] in loaded):
             tamper(f"loading {args[0]} again")
 
     _refuse(REFUSED_FUNCTIONS)
@@ -352,22 +416,22 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
     stack (innermost first); frozen, and with nothing of their own to change."""
 
     def note(name: str, _names=names, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
-             _course=probes.COURSE_CODE_FILE) -> None:
+             _course=probes.COURSE_CODE_FILE, _int=int, _course_count=COURSE_CODE_COUNT) -> None:
         if name not in _names:
             return
         counts, frame = [], _getframe(2)
         while frame is not None:
             filename = frame.f_code.co_filename
             match = _cell(filename)
-            count = int(match.group(1)) if match else COURSE_CODE_COUNT if filename == _course else None
+            count = _int(match.group(1)) if match else _course_count if filename == _course else None
             if count is not None and count not in counts:
                 counts.append(count)
             frame = frame.f_back
         _send("ran", name=name, counts=counts)
 
     class FunctionNames(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note):
-            _note(getattr(func, "__name__", ""))
+        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note, _getattr=getattr):
+            _note(_getattr(func, "__name__", ""))
             return func(*args, **(kwargs or {}))
 
     class OperatorNames(TorchDispatchMode):

@@ -27,6 +27,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+
 # PyTorch's own modules that a student's class may be asked to copy its weights from.
 TORCH_MODULES = {"MultiheadAttention": torch.nn.MultiheadAttention,
                  "TransformerEncoderLayer": torch.nn.TransformerEncoderLayer}
@@ -282,8 +284,8 @@ def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cal
         else:
             with torch.no_grad(), trace_tensors() as trace:
                 fn(*arguments, causal=causal, **(call_kwargs or {}))
-        record[f"{name}.exponentials"] = torch.tensor(trace.exponentials)
-        record[f"{name}.largest"] = torch.tensor(trace.largest, dtype=torch.long)
+        totals = trace.record(name)
+        record.update({key: totals[key] for key in (f"{name}.exponentials", f"{name}.largest")})
     return record
 
 
@@ -344,8 +346,6 @@ def probe_padded_generation(fn, attention, config: dict, state: dict[str, torch.
     """Builds :class:`~transformer_lm.sandboxed.decoder.TinyDecoder` on the student's ``attention``
     class with ``state``, in eval mode, and returns ``fn(model, prompts, max_new_tokens)``: each
     prompt and its new tokens, as lists of ints."""
-    from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
-
     torch.manual_seed(0)
     model = TinyDecoder(DecoderConfig(**config), attention)
     load_parameters(model, state)
@@ -467,12 +467,23 @@ EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "_softmax"})
 """ATen operators that exponentiate: the work an attention does per score it computes."""
 
 
-def _tensors_in(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors_in(item)]
-    return []
+# The trace's accounting (below, to TensorTrace) runs while a student's code is on the stack, and
+# the student's code may rebind any name of a module for a moment, Python's builtins included
+# (``builtins.max``, ``probes._numel``, ``torch.tensor``) and put it back before the grader looks.
+# So every function of it finds what it uses in its own defaults, bound when this module is loaded.
+
+
+def _tensors_in(value, _isinstance=isinstance, _tensor=torch.Tensor, _sequences=(tuple, list),
+                _reversed=reversed) -> list:
+    """The tensors in ``value``: itself, or those in its nested tuples and lists, in order."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if _isinstance(item, _tensor):
+            found.append(item)
+        elif _isinstance(item, _sequences):
+            todo += _reversed(item)
+    return found
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -480,6 +491,25 @@ def _numel(shape: tuple[int, ...]) -> int:
     for size in shape:
         count *= size
     return count
+
+
+def _reduced_length(name: str, args, kwargs: dict, _isinstance=isinstance, _tensor=torch.Tensor,
+                    _reductions=REDUCTIONS, _along=ALONG_A_DIMENSION, _len=len, _int=int, _dims=(int, list, tuple),
+                    _range=range, _max=max) -> int:
+    """The longest dimension the operator ``name`` combined numbers along (0 for operators
+    that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
+    tile, its longest side."""
+    source = args[0] if args and _isinstance(args[0], _tensor) else None
+    if source is None or not (name in _reductions or name in _along):
+        return 0
+    if source.dim() == 0:
+        return 1
+    position = 2 if name in ("norm", "linalg_vector_norm") else 1
+    dim = kwargs.get("dim", args[position] if _len(args) > position else None)
+    if _isinstance(dim, _tensor) or (dim is not None and not _isinstance(dim, _dims)):
+        return 0   # a binary form (max of two tensors), not a reduction
+    dims = _range(source.dim()) if dim is None or dim == [] else [dim] if _isinstance(dim, _int) else dim
+    return _max(source.shape[d] for d in dims)
 
 
 class TraceTotals:
@@ -500,26 +530,29 @@ class TraceTotals:
 
     def __init__(self):
         self.largest: tuple[int, ...] = ()
-        self.live: dict[int, int] = {}   # data pointer -> bytes, for created tensors not yet freed
+        self.live: dict[int, tuple] = {}  # data pointer -> (bytes, weak reference to the storage), not yet freed
         self.live_bytes = 0
         self.peak = 0
         self.widest = 0
         self.exponentials = 0
         self.saved: list[tuple[int, ...]] = []
 
-    def operator(self, func, args, kwargs: dict, result) -> list:
+    def operator(self, func, args, kwargs: dict, result, _tensors_in=_tensors_in, _list=list, _max=max,
+                 _reduced_length=_reduced_length, _exponentials=EXPONENTIALS, _isinstance=isinstance,
+                 _tensor=torch.Tensor, _sum=sum) -> list:
         """Counts what one operator's call made; returns the storages it counted as new, which count
         until they are freed (:meth:`freed`)."""
         name = func.overloadpacket.__name__
-        given = {t.untyped_storage().data_ptr() for t in _tensors_in(list(args) + list(kwargs.values()))}
+        given = {t.untyped_storage().data_ptr() for t in _tensors_in(_list(args) + _list(kwargs.values()))}
         outputs = _tensors_in(result)
         created = [storage for out in outputs if (storage := self._created(out, given)) is not None]
-        self.widest = max(self.widest, _reduced_length(name, args, kwargs))
-        if name in EXPONENTIALS or (name == "pow" and not isinstance(args[0], torch.Tensor)):
-            self.exponentials += sum(out.numel() for out in outputs)
+        self.widest = _max(self.widest, _reduced_length(name, args, kwargs))
+        if name in _exponentials or (name == "pow" and not _isinstance(args[0], _tensor)):
+            self.exponentials += _sum(out.numel() for out in outputs)
         return created
 
-    def _created(self, tensor: torch.Tensor, given: set[int]):
+    def _created(self, tensor: torch.Tensor, given: set[int], _numel=_numel, _tuple=tuple, _max=max,
+                 _ref=weakref.ref):
         """Counts ``tensor`` if its memory is new: not an input's (a view of one, or one written
         in place) nor a tensor's already counted; returns its storage then."""
         storage = tensor.untyped_storage()
@@ -527,53 +560,42 @@ class TraceTotals:
         if tensor.numel() == 0 or pointer in given or pointer in self.live:
             return None
         if tensor.numel() > _numel(self.largest):
-            self.largest = tuple(tensor.shape)
-        self.live[pointer] = storage.nbytes()
-        self.live_bytes += self.live[pointer]
-        self.peak = max(self.peak, self.live_bytes)
+            self.largest = _tuple(tensor.shape)
+        size = storage.nbytes()
+        self.live[pointer] = (size, _ref(storage))
+        self.live_bytes += size
+        self.peak = _max(self.peak, self.live_bytes)
         return storage
 
     def freed(self, pointer: int) -> None:
-        self.live_bytes -= self.live.pop(pointer, 0)
+        """Stops counting the storage at ``pointer`` once it is gone (its finalizer says so); one
+        still alive stays counted, whoever says otherwise."""
+        size, storage = self.live.get(pointer, (0, None))
+        if storage is not None and storage() is None:
+            del self.live[pointer]
+            self.live_bytes -= size
 
     NAMES = ("largest", "peak", "live_bytes", "widest", "exponentials", "saved")
 
-    def value(self, name: str):
+    def value(self, name: str, _error=AttributeError, _getattr=getattr):
         """One of the totals (:data:`NAMES`), by name."""
         if name not in self.NAMES:
-            raise AttributeError(name)
-        return getattr(self, name)
+            raise _error(name)
+        return _getattr(self, name)
 
     def saved_tensor(self, shape: tuple[int, ...]) -> None:
         self.saved.append(shape)
 
-    def record(self, prefix: str) -> dict[str, torch.Tensor]:
+    def record(self, prefix: str, _collect=gc.collect, _tensor=torch.tensor, _long=torch.long,
+               _enumerate=enumerate) -> dict[str, torch.Tensor]:
         """The totals as a probe's record: ``<prefix>.largest`` (a shape), ``.peak``, ``.live``,
         ``.widest``, ``.exponentials`` and ``.saved.<i>`` (shapes)."""
-        gc.collect(1)  # tensors held only by a reference cycle just made are not kept (the young generations suffice)
-        record = {f"{prefix}.largest": torch.tensor(self.largest, dtype=torch.long),
-                  f"{prefix}.peak": torch.tensor(self.peak), f"{prefix}.live": torch.tensor(self.live_bytes),
-                  f"{prefix}.widest": torch.tensor(self.widest), f"{prefix}.exponentials": torch.tensor(self.exponentials)}
-        record.update({f"{prefix}.saved.{i}": torch.tensor(shape, dtype=torch.long)
-                       for i, shape in enumerate(self.saved)})
+        _collect(1)  # tensors held only by a reference cycle just made are not kept (the young generations suffice)
+        record = {f"{prefix}.largest": _tensor(self.largest, dtype=_long),
+                  f"{prefix}.peak": _tensor(self.peak), f"{prefix}.live": _tensor(self.live_bytes),
+                  f"{prefix}.widest": _tensor(self.widest), f"{prefix}.exponentials": _tensor(self.exponentials)}
+        record.update({f"{prefix}.saved.{i}": _tensor(shape, dtype=_long) for i, shape in _enumerate(self.saved)})
         return record
-
-
-def _reduced_length(name: str, args, kwargs: dict) -> int:
-    """The longest dimension the operator ``name`` combined numbers along (0 for operators
-    that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
-    tile, its longest side."""
-    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    if source is None or not (name in REDUCTIONS or name in ALONG_A_DIMENSION):
-        return 0
-    if source.dim() == 0:
-        return 1
-    position = 2 if name in ("norm", "linalg_vector_norm") else 1
-    dim = kwargs.get("dim", args[position] if len(args) > position else None)
-    if isinstance(dim, torch.Tensor) or (dim is not None and not isinstance(dim, (int, list, tuple))):
-        return 0   # a binary form (max of two tensors), not a reduction
-    dims = range(source.dim()) if dim is None or dim == [] else [dim] if isinstance(dim, int) else dim
-    return max(source.shape[d] for d in dims)
 
 
 class TensorTrace(TorchDispatchMode):
@@ -607,8 +629,8 @@ def trace_tensors():
     """Yields a :class:`TensorTrace` of what runs in the block."""
     trace = TRACE_FACTORY()
 
-    def pack(tensor):
-        trace.saved_tensor(tuple(tensor.shape))
+    def pack(tensor, _trace=trace, _tuple=tuple):  # a default, not a closure's cell, which any code may set
+        _trace.saved_tensor(_tuple(tensor.shape))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), trace:
