@@ -9,6 +9,7 @@ first run looks for its own files at its end too: that control proves the search
 clean second run means they are gone, not that the search is blind.
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -178,9 +179,11 @@ def test_a_run_sees_its_own_plan_only_and_no_course_code(worker):
 
 def test_a_server_lost_between_runs_costs_the_next_run_nothing(worker):
     run(worker, "x = 1")
-    server = worker.session._started.proc
-    server.send_signal(signal.SIGKILL)
-    server.wait()
+    started = worker.session._started
+    started.proc.send_signal(signal.SIGKILL)
+    started.proc.wait()
+    while os.read(started.out_r, 65536):  # until every process of the sandbox is gone (end of its output)
+        pass
     errors, output = run(worker, "print('graded', 6 * 7)")
     assert errors == [] and "graded 42" in output
 
