@@ -6,7 +6,7 @@ cell with each ``old`` text replaced by ``new`` (each must occur exactly once, s
 never silently drifts from the solution):
 
 * ``mutants(answer)``: for an item, answers that each make one catalogued mistake
-  (:mod:`transformer_lm.mistakes`), by the mistake's name;
+  (:mod:`transformer_lm.catalog`), by the mistake's name;
 * ``alternatives(answer)``: for an item, correct answers written another way (einsum for
   matmul, loops, ``reshape`` for ``view``, another fill than ``-inf``, ...), by a short label;
 * ``library(answer)``: for an item that forbids a library call, answers that make it (by name, or
@@ -45,7 +45,7 @@ from autograder import pipeline  # noqa: E402
 from autograder.demo import with_answer  # noqa: E402
 from autograder.errors import GradingError  # noqa: E402
 from autograder.grading import Assignment, Course, ItemResult, grade_class  # noqa: E402
-from transformer_lm import mistakes  # noqa: E402
+from transformer_lm import catalog  # noqa: E402
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Case:
 
     @property
     def named(self) -> bool:
-        return self.item.mistake == mistakes.BY_NAME[self.label].title
+        return self.item.mistake == catalog.BY_NAME[self.label].title
 
     @property
     def collateral(self) -> list[str]:
@@ -143,7 +143,7 @@ def load_bank(course: Course, assignment: str, solution: dict) -> Bank:
     library = module.library(answer) if hasattr(module, "library") else {}
     bank = Bank(module.mutants(answer), module.alternatives(answer), library, getattr(module, "KNOWN_GAPS", {}),
                 getattr(module, "VISIBLE_GAPS", {}))
-    unknown = sorted({name for by_name in bank.mutants.values() for name in by_name} - set(mistakes.BY_NAME))
+    unknown = sorted({name for by_name in bank.mutants.values() for name in by_name} - set(catalog.BY_NAME))
     if unknown:
         raise GradingError(f"{path} names mistakes that are not in the catalogue: {unknown}")
     return bank

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 import notebook_tools as tools
 from float_tolerance import assert_same
-from transformer_lm import adapters, checks, make_test_values, mistakes, reference
+from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference
 from transformer_lm.cases import AttentionCase, make_case_tensors
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
@@ -18,7 +18,7 @@ REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=T
 class Flawed(nn.Module):
     """A student-like multi-head attention with A02's API whose forward has one mistake."""
 
-    flaws = mistakes.Flaws()
+    flaws = catalog.Flaws()
 
     def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0.0):
         super().__init__()
@@ -47,11 +47,11 @@ def test_no_flaws_is_exactly_the_reference():
 
 
 def test_correct_answer_passes():
-    verdict = checks.check_attention_module(with_flaws(mistakes.Flaws()), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
+    verdict = checks.check_attention_module(with_flaws(catalog.Flaws()), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
     assert verdict.passed
 
 
-@pytest.mark.parametrize("mistake", [m for m in mistakes.ATTENTION if m.name != "dropout_in_eval"], ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", [m for m in catalog.ATTENTION if m.name != "dropout_in_eval"], ids=lambda m: m.name)
 def test_every_mistake_is_caught_and_named(mistake):
     with pytest.raises(checks.CheckFailed) as failure:
         checks.check_attention_module(with_flaws(mistake.flaws), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
@@ -67,7 +67,7 @@ def test_dropout_left_on_in_eval_is_caught_and_named():
     case = AttentionCase(batch=2, seq=4, d_in=6, d_out=6, num_heads=3, out_proj=True, dropout=0.5)
     with pytest.raises(checks.CheckFailed) as failure:
         checks.check_attention_module(LeakyDropout, adapters.MULTI_HEAD_SELF_ATTENTION, case)
-    assert mistakes.BY_NAME["dropout_in_eval"].title in str(failure.value)
+    assert catalog.BY_NAME["dropout_in_eval"].title in str(failure.value)
 
 
 def test_failure_message_shows_expected_got_and_largest_error():
@@ -103,11 +103,11 @@ def test_wrong_parameter_names_are_reported_by_name():
 def test_seed_000_fingerprint_from_the_reference_and_its_diagnostics():
     attention = reference.MultiHeadSelfAttention(checks.SEED_000_CONFIG)
     assert checks.mingpt_fingerprint(attention) == [161, 13, 294, 0, 37187, 432]
-    assert checks.flawed_fingerprint(mistakes.Flaws()) == [161, 13, 294, 0, 37187, 432]
-    assert checks.flawed_fingerprint(mistakes.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
+    assert checks.flawed_fingerprint(catalog.Flaws()) == [161, 13, 294, 0, 37187, 432]
+    assert checks.flawed_fingerprint(catalog.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
     assert checks.diagnose_fingerprint([161, 13, 294, 0, 37187, 432]).passed
     assert checks.diagnose_fingerprint([1, 0, 2, 0, 38787, 432]).mistake.name == "no_scaling"
-    fill_zero = checks.flawed_fingerprint(mistakes.BY_NAME["mask_filled_with_zero"].flaws)
+    fill_zero = checks.flawed_fingerprint(catalog.BY_NAME["mask_filled_with_zero"].flaws)
     assert fill_zero[-1] == 432  # seed 000: a wrong mask fill keeps 432 last
     assert checks.diagnose_fingerprint(fill_zero).mistake.name == "mask_filled_with_zero"
 
@@ -132,16 +132,16 @@ def test_test_values_have_seed_003_names_and_shapes():
 def test_generation_twins_with_no_flaws_are_the_reference():
     logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(0))
     for temperature, top_k in ((1.0, None), (0.7, 3)):
-        assert_same(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistakes.GenerationFlaws()),
+        assert_same(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, catalog.GenerationFlaws()),
                     reference.sampling_probabilities(logits, temperature, top_k))
     model = reference.GPT(reference.GPTConfig(vocab_size=9, block_size=5, n_layer=2, n_head=2, n_embd=8)).eval()
     idx = torch.randint(9, (2, 3), generator=torch.Generator().manual_seed(1))
     for use_cache in (False, True):
-        assert torch.equal(mistakes.flawed_greedy_tokens(model, idx, 6, use_cache, mistakes.GenerationFlaws()),
+        assert torch.equal(mistakes.flawed_greedy_tokens(model, idx, 6, use_cache, catalog.GenerationFlaws()),
                            model.generate(idx, 6, top_k=1, use_cache=use_cache))
 
 
-@pytest.mark.parametrize("mistake", mistakes.generation_mistakes("sampling"), ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", catalog.generation_mistakes("sampling"), ids=lambda m: m.name)
 def test_every_sampling_mistake_is_caught_and_named(mistake):
     def sample_next_token(logits, temperature=1.0, top_k=None):
         probs = mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
@@ -200,7 +200,7 @@ def test_in_a_kernel_a_failed_check_is_one_message_and_forbidden_calls_are_found
 def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_what_it_concerns():
     """Assignment 06's catalogue: every twin with no flaw is the reference, and every catalogued
     mistake changes the output of the piece it concerns (on inputs that can show it)."""
-    none = mistakes.DecoderFlaws()
+    none = catalog.DecoderFlaws()
     x, positions = torch.randn(2, 4, 7, 8, dtype=torch.float64), torch.stack([torch.arange(7), torch.arange(3, 10)])
     torch.testing.assert_close(mistakes.flawed_apply_rope(x, positions, 100.0, none), reference.apply_rope(x, positions, 100.0))
     kv = torch.randn(2, 2, 5, 4)
@@ -214,7 +214,7 @@ def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_wha
     hidden, steps = torch.randn(2, 6, 16, dtype=torch.float64), torch.arange(2, 8)
     torch.testing.assert_close(mistakes.flawed_grouped_query_attention(gqa, hidden, steps, None, none), gqa(hidden, steps)[0])
     torch.testing.assert_close(mistakes.flawed_cached_outputs(gqa, hidden, steps, 3, none), gqa(hidden, steps)[0])
-    for mistake in mistakes.DECODER:
+    for mistake in catalog.DECODER:
         flaws = mistake.flaws
         if mistake.shows_with & {"rope", "gqa"} and mistake.name != "kv_heads_repeated_not_interleaved":
             assert not torch.allclose(mistakes.flawed_apply_rope(x, positions, 100.0, flaws),

@@ -5,20 +5,20 @@ and sliding windows is caught and named by the visible check that concerns it.""
 import pytest
 import torch
 
-from transformer_lm import checks, mistakes, reference
+from transformer_lm import catalog, checks, mistakes, reference
 from transformer_lm.judging import CheckFailed
 
 
 class GroupedQueryAttention(reference.GroupedQueryAttention):
     """The reference in the notebook's API, with ``flaws`` in its forward when a test gives some."""
 
-    flaws = mistakes.DecoderFlaws()
+    flaws = catalog.DecoderFlaws()
 
     def __init__(self, d_model, n_heads, n_kv_heads, rope_base=10000.0, window=None):
         super().__init__(d_model, n_heads, n_kv_heads, rope_base=rope_base, window=window)
 
     def forward(self, x, positions, attn_mask=None, cache=None):
-        if self.flaws == mistakes.DecoderFlaws():
+        if self.flaws == catalog.DecoderFlaws():
             return super().forward(x, positions, attn_mask, cache)
         if attn_mask is None:
             attn_mask = mistakes.flawed_sliding_window_mask(x.shape[-2], x.shape[-2], self.window, self.flaws) \
@@ -49,7 +49,7 @@ def test_the_course_code_passes_every_visible_check():
     assert checks.check_kv_cache_bytes(kv_cache_bytes).passed
 
 
-@pytest.mark.parametrize("mistake", mistakes.decoder_mistakes("rope"), ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", catalog.decoder_mistakes("rope"), ids=lambda m: m.name)
 def test_every_rope_mistake_is_caught_and_named(mistake):
     def apply_rope(x, positions, base=10000.0):
         return mistakes.flawed_apply_rope(x, positions, base, mistake.flaws)
@@ -59,7 +59,7 @@ def test_every_rope_mistake_is_caught_and_named(mistake):
     assert mistake.title in str(failure.value), str(failure.value)
 
 
-@pytest.mark.parametrize("mistake", mistakes.decoder_mistakes("gqa") + mistakes.decoder_mistakes("window"),
+@pytest.mark.parametrize("mistake", catalog.decoder_mistakes("gqa") + catalog.decoder_mistakes("window"),
                          ids=lambda m: m.name)
 def test_every_mistake_of_the_attention_layer_is_caught_and_named(mistake):
     with pytest.raises(CheckFailed) as failure:
@@ -101,7 +101,7 @@ def test_the_course_code_pads_and_generates_as_the_visible_checks_require():
     assert checks.check_padded_generation(generate_padded, GroupedQueryAttention).passed
 
 
-@pytest.mark.parametrize("mistake", mistakes.decoder_mistakes("padding"), ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", catalog.decoder_mistakes("padding"), ids=lambda m: m.name)
 def test_every_padding_mistake_is_caught_and_named(mistake):
     def padded_positions(attention_mask):
         return mistakes.flawed_padding(attention_mask, None, mistake.flaws)[0]
@@ -116,7 +116,7 @@ def test_every_padding_mistake_is_caught_and_named(mistake):
 
 @pytest.mark.parametrize("name", ["pads_attended", "cache_positions_not_offset_rope"])
 def test_generation_that_attends_to_pads_or_restarts_positions_after_the_cache_is_caught_and_named(name):
-    mistake = mistakes.BY_NAME[name]
+    mistake = catalog.BY_NAME[name]
 
     def generate_padded(model, prompts, max_new_tokens, pad_id=0):
         return reference.generate_padded(model, prompts, max_new_tokens, pad_id,
@@ -136,12 +136,12 @@ def test_under_rope_positions_counted_from_the_padding_change_no_token():
     torch.manual_seed(0)
     model = TinyDecoder(DecoderConfig(), reference.GroupedQueryAttention).eval()
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
-    shifted = mistakes.flawed_padded_inputs(mistakes.BY_NAME["positions_from_padding"].flaws)
+    shifted = mistakes.flawed_padded_inputs(catalog.BY_NAME["positions_from_padding"].flaws)
     assert reference.generate_padded(model, prompts, 5, inputs=shifted) == reference.generate_padded(model, prompts, 5)
 
 
 def test_a_layer_that_gives_nan_for_a_query_with_no_key_is_caught_and_named():
-    mistake = mistakes.BY_NAME["empty_rows_nan"]
+    mistake = catalog.BY_NAME["empty_rows_nan"]
     with pytest.raises(CheckFailed) as failure:
         checks.check_grouped_query_attention(with_flaws(mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)

@@ -5,10 +5,10 @@ and the course's own tiled attention passes every one (transformer_lm/tiled_kind
 import pytest
 import torch
 
-from transformer_lm import checks, mistakes, reference
+from transformer_lm import catalog, checks, mistakes, reference
 from transformer_lm.judging import CheckFailed
 
-NONE = mistakes.TilingFlaws()
+NONE = catalog.TilingFlaws()
 
 
 def flawed_forward(flaws):
@@ -94,7 +94,7 @@ def check_that_concerns(mistake):
     return checks.check_backward_memory, flawed_function(flaws)
 
 
-@pytest.mark.parametrize("mistake", mistakes.TILING, ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", catalog.TILING, ids=lambda m: m.name)
 def test_every_mistake_of_tiled_attention_is_caught_and_named(mistake):
     check, answer = check_that_concerns(mistake)
     with pytest.raises(CheckFailed) as failure:
@@ -102,7 +102,7 @@ def test_every_mistake_of_tiled_attention_is_caught_and_named(mistake):
     assert mistake.title in str(failure.value), str(failure.value)
 
 
-@pytest.mark.parametrize("mistake", [m for m in mistakes.TILING if m.shows_with & {"online"}], ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", [m for m in catalog.TILING if m.shows_with & {"online"}], ids=lambda m: m.name)
 def test_the_online_softmax_mistakes_are_named_by_its_check_too(mistake):
     with pytest.raises(CheckFailed) as failure:
         checks.check_online_softmax(lambda scores, block: mistakes.flawed_online_softmax(scores, block, mistake.flaws))

@@ -62,7 +62,7 @@ class AttentionAPI:
     call_kwargs: Callable[[AttentionCase], dict] = lambda case: {}
     mask_arg: str | None = None
     weights_layout: Callable[[torch.Tensor, AttentionCase], torch.Tensor] | None = None
-    names: dict[str, str] | None = None  # the notebook's names for shapes, in hints (transformer_lm.mistakes.NAMES)
+    names: dict[str, str] | None = None  # the notebook's names for shapes, in hints (transformer_lm.catalog.NAMES)
 
 
 @dataclass

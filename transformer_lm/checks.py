@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import torch
 
-from transformer_lm import mistakes as catalog
+from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, randomize  # noqa: F401 - randomize: notebooks
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # noqa: F401 - for the test cells
@@ -195,7 +195,7 @@ def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
                                *(torch.full((width,), 0.1) for _ in range(3)),
                                torch.full((width, width), 0.1), torch.full((width,), 0.1))
     weights = weights.map(lambda t: t.requires_grad_(True))
-    output, _ = catalog.flawed_multi_head_attention(seed_000_input(), weights, SEED_000_CONFIG.n_head, flaws,
+    output, _ = mistakes.flawed_multi_head_attention(seed_000_input(), weights, SEED_000_CONFIG.n_head, flaws,
                                                     causal=True)
     output.sum().backward()
     return reference.gradient_fingerprint(weights.map(lambda t: t.grad))

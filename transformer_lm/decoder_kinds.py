@@ -4,7 +4,7 @@ of a KV cache.
 
 Each works as the kinds of :mod:`transformer_lm.kinds` do (the visible checks prepare it from a
 fixed seed, the grader from the course's secret), against :mod:`transformer_lm.reference`, and
-names the catalogued mistakes of :data:`transformer_lm.mistakes.DECODER` by their twins. Positions
+names the catalogued mistakes of :data:`transformer_lm.catalog.DECODER` by their twins. Positions
 never start at 0 unless a case says so: a cache or left padding moves them.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_lm import mistakes as catalog
+from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.cases import randomize
 from transformer_lm.judging import Verdict
@@ -46,7 +46,7 @@ class RopeCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         x = torch.randn(self.batch, self.heads, self.seq, self.head_dim, generator=generator)
         inputs = {"x": x, "positions": positions_for(self.batch, self.seq, self.start, self.per_sequence)}
-        candidates = {m: {"output": catalog.flawed_apply_rope(x, inputs["positions"], self.base, m.flaws)}
+        candidates = {m: {"output": mistakes.flawed_apply_rope(x, inputs["positions"], self.base, m.flaws)}
                       for m in catalog.decoder_mistakes("rope")}
         return function_check(self.object, lambda x, positions: reference.apply_rope(x, positions, self.base), inputs,
                               torch.randn(x.shape, generator=generator), candidates, {"base": self.base})
@@ -77,20 +77,20 @@ class GroupedQueryCheck:
                                                            rope_base=self.base, window=self.window), generator)
         x = torch.randn(self.batch, self.seq, self.d_model, generator=generator)
         positions = positions_for(self.batch, self.seq, self.start, False)
-        mask, mistakes = module.causal_mask(self.seq, self.seq), catalog.decoder_mistakes("gqa")
+        mask, revealable = module.causal_mask(self.seq, self.seq), catalog.decoder_mistakes("gqa")
         inputs = {"x": x, "positions": positions}
         if self.padded:
             attention_mask = left_padded_batch(self.padded)
             positions, mask = reference.padded_inputs(attention_mask, attention_mask.shape[-1])
             inputs = {"x": x, "positions": positions, "attn_mask": mask}
-            mistakes = mistakes + catalog.decoder_mistakes("padded_gqa")
+            revealable = revealable + catalog.decoder_mistakes("padded_gqa")
         arguments, expected = module_case(module, inputs, generator)
         with torch.no_grad():
-            candidates = {m: {"output": catalog.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
-                          for m in mistakes}
+            candidates = {m: {"output": mistakes.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
+                          for m in revealable}
             if self.window is not None:
                 for mistake in catalog.decoder_mistakes("window"):
-                    wrong = catalog.flawed_sliding_window_mask(self.seq, self.seq, self.window, mistake.flaws)
+                    wrong = mistakes.flawed_sliding_window_mask(self.seq, self.seq, self.window, mistake.flaws)
                     candidates[mistake] = {"output": module(x, positions, wrong)[0]}
         init = {"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads, "rope_base": self.base}
         if self.window is not None:
@@ -190,7 +190,7 @@ class PaddingCheck:
         query_len = self.query_len or attention_mask.shape[-1]
         expected = {"positions": reference.left_padded_positions(attention_mask),
                     "mask": reference.padded_causal_mask(attention_mask, query_len)}
-        candidates = {m: dict(zip(("positions", "mask"), catalog.flawed_padding(attention_mask, query_len, m.flaws)))
+        candidates = {m: dict(zip(("positions", "mask"), mistakes.flawed_padding(attention_mask, query_len, m.flaws)))
                       for m in catalog.decoder_mistakes("padding")}
         calls = (f"{self.positions_object}(attention_mask) and {self.mask_object}(attention_mask, {query_len}) for "
                  f"prompts of lengths {list(self.lengths)}")
@@ -239,7 +239,7 @@ class PaddedGenerationCheck:
         from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
 
         config = DecoderConfig(**dict(self.config))
-        mistakes = [m for m in catalog.decoder_mistakes("padding") + catalog.decoder_mistakes("cache")
+        revealable = [m for m in catalog.decoder_mistakes("padding") + catalog.decoder_mistakes("cache")
                     if m.name != "positions_from_padding"]   # under RoPE an offset of every position changes nothing
         drawn = None
         for _ in range(GENERATION_DRAWS):
@@ -247,11 +247,11 @@ class PaddedGenerationCheck:
             prompts = [torch.randint(config.vocab_size, (n,), generator=generator).tolist() for n in self.lengths]
             expected = [reference.generate_padded(model, [p], self.max_new_tokens)[0] for p in prompts]
             candidates = {m: reference.generate_padded(model, prompts, self.max_new_tokens,
-                                                       inputs=catalog.flawed_padded_inputs(m.flaws)) for m in mistakes}
+                                                       inputs=mistakes.flawed_padded_inputs(m.flaws)) for m in revealable}
             candidates = {m: tokens for m, tokens in candidates.items() if tokens != expected}
             if drawn is None or len(candidates) > len(drawn[-1]):
                 drawn = (model, prompts, expected, candidates)
-            if len(candidates) == len(mistakes):
+            if len(candidates) == len(revealable):
                 break
         model, prompts, expected, candidates = drawn
         call = f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens})"

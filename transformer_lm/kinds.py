@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 import torch
 
 from transformer_lm import adapters, reference
-from transformer_lm import mistakes as catalog
+from transformer_lm import catalog, mistakes
 from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
                                   randomize)
 from transformer_lm.judging import Verdict, difference, judge, judge_parameters
@@ -123,7 +123,7 @@ def _mistake_candidates(case: AttentionCase, tensors: CaseTensors,
     candidates = {}
     for mistake in catalog.revealed_by(case.features):
         with torch.no_grad():
-            out, probs = catalog.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
+            out, probs = mistakes.flawed_multi_head_attention(tensors.x, tensors.weights, case.num_heads, mistake.flaws,
                                                              attn_mask=tensors.mask, causal=case.causal)
         candidates[mistake] = {"output": out}
         if api is not None and api.weights_layout is not None:
@@ -181,7 +181,7 @@ def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catal
     candidates = {}
     for mistake in catalog.revealed_by(features):
         with torch.no_grad():
-            candidates[mistake] = {"output": catalog.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
+            candidates[mistake] = {"output": mistakes.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
     return candidates
 
 
@@ -197,7 +197,7 @@ def context_vector_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.M
     softmax over the queries instead of the keys."""
     x = next(iter(inputs.values()))
     with torch.no_grad():
-        output, _ = catalog.flawed_attention(x, x, x, None, catalog.Flaws(scale="none", softmax_dim=0))
+        output, _ = mistakes.flawed_attention(x, x, x, None, catalog.Flaws(scale="none", softmax_dim=0))
     return {catalog.BY_NAME["softmax_wrong_dim"]: {"output": output}}
 
 
@@ -245,7 +245,7 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
                  "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output, "repeat": True}
     features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set())
     with torch.no_grad():
-        candidates = {mistake: {"output": catalog.flawed_block(block, x, mistake.flaws)}
+        candidates = {mistake: {"output": mistakes.flawed_block(block, x, mistake.flaws)}
                       for mistake in catalog.revealed_by(features)}
     return arguments, {"output": output.detach(), "grad.x": leaf.grad}, candidates
 
@@ -331,7 +331,7 @@ def sampling_check(name: str, logits: torch.Tensor, temperature: float, top_k: i
     instead is named."""
     rows, vocab = logits.shape
     expected = reference.sampling_probabilities(logits, temperature, top_k)
-    candidates = {mistake: catalog.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
+    candidates = {mistake: mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
                   for mistake in catalog.generation_mistakes("sampling")}
     candidates = {mistake: q for mistake, q in candidates.items() if frequency_misfit(q, expected, draws)}
     repeated = logits.repeat_interleave(draws, dim=0)   # row r fills draws r * draws .. (r + 1) * draws - 1
@@ -616,16 +616,16 @@ class GenerateCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         cfg = reference.GPTConfig(**self.config)
         cached = bool(self.call_kwargs.get("use_cache"))
-        mistakes = catalog.generation_mistakes("cache" if cached else "generation")
+        revealable = catalog.generation_mistakes("cache" if cached else "generation")
         drawn = None
         for _ in range(GENERATE_DRAWS):  # weights under which every catalogued mistake changes the tokens, if any do
             model, state, idx, records = generate_records(cfg, generator, self.batch, self.prompt, self.max_new_tokens)
-            candidates = {mistake: catalog.flawed_greedy_tokens(model, idx, self.max_new_tokens, cached, mistake.flaws)
-                          for mistake in mistakes}
+            candidates = {mistake: mistakes.flawed_greedy_tokens(model, idx, self.max_new_tokens, cached, mistake.flaws)
+                          for mistake in revealable}
             candidates = {m: tokens for m, tokens in candidates.items() if not torch.equal(tokens, records["output"])}
             if drawn is None or len(candidates) > len(drawn[-1]):
                 drawn = (state, idx, records, candidates)
-            if len(candidates) == len(mistakes):
+            if len(candidates) == len(revealable):
                 break
         state, idx, records, candidates = drawn
         expected, steps = records["output"], records["tokens_per_call"]
@@ -711,7 +711,7 @@ class CachedForwardCheck:
         idx = torch.randint(cfg.vocab_size, (self.batch, self.seq), generator=generator)
         with torch.no_grad():
             expected = {"cached": model(idx)[0][:, self.prefix - 1:]}
-        candidates = {mistake: {"cached": cached_logits(catalog.flawed_model(model, mistake.flaws), idx, self.prefix)}
+        candidates = {mistake: {"cached": cached_logits(mistakes.flawed_model(model, mistake.flaws), idx, self.prefix)}
                       for mistake in catalog.generation_mistakes("cache")}
         state = parameters_of(model)
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx, "prefix": self.prefix}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_lm import mistakes as catalog
+from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.judging import Verdict, judge
 from transformer_lm.kinds import Prepared, ProbeCall
@@ -141,7 +141,7 @@ class MergeStatsCheck:
         a.maximum[0], a.total[0] = float("-inf"), 0.0   # nothing seen yet
         inputs = {"max_a": a.maximum, "sum_a": a.total, "max_b": b.maximum, "sum_b": b.total}
         expected = dict(zip(("maximum", "total"), reference.merge_softmax_stats(a, b)))
-        candidates = {m: dict(zip(("maximum", "total"), catalog.flawed_merge_stats(a, b, m.flaws)))
+        candidates = {m: dict(zip(("maximum", "total"), mistakes.flawed_merge_stats(a, b, m.flaws)))
                       for m in catalog.tiling_mistakes("merge")}
         call = f"{self.object}(max_a, sum_a, max_b, sum_b) on {self.rows} rows"
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object},
@@ -165,7 +165,7 @@ class OnlineSoftmaxCheck:
         if self.spread:
             scores[1::2] *= SPREAD
         expected = {"output": torch.softmax(scores.double(), dim=-1).float()}
-        candidates = {m: {"output": catalog.flawed_online_softmax(scores, self.block, m.flaws)}
+        candidates = {m: {"output": mistakes.flawed_online_softmax(scores, self.block, m.flaws)}
                       for m in catalog.tiling_mistakes("online")}
         call = f"{self.object}(scores of shape {tuple(scores.shape)}, block={self.block})"
 
@@ -205,7 +205,7 @@ class FlashForwardCheck:
         if self.judges == "values":
             with torch.no_grad():
                 for mistake in catalog.tiling_mistakes("causal" if case.causal else "forward"):
-                    flawed = catalog.flawed_flash_forward(q, k, v, case.causal, case.block_q, case.block_k,
+                    flawed = mistakes.flawed_flash_forward(q, k, v, case.causal, case.block_q, case.block_k,
                                                           mistake.flaws)
                     candidates[mistake] = dict(zip(("output", "lse"), flawed))
 
@@ -232,7 +232,7 @@ def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws(
         total = 0
         for qs in range(0, case.seq_q, case.block_q):
             rows = min(case.block_q, case.seq_q - qs)
-            for ks in catalog.flawed_key_blocks(qs, qs + rows, case.seq_k, case.block_k, causal, flaws):
+            for ks in mistakes.flawed_key_blocks(qs, qs + rows, case.seq_k, case.block_k, causal, flaws):
                 total += rows * min(case.block_k, case.seq_k - ks)
         return total
     return numbers(True) / numbers(False)
@@ -314,7 +314,7 @@ class FlashFunctionCheck:
         if self.judges == "gradients":
             expected = exact_gradients(tensors, case.causal)
             for mistake in catalog.tiling_mistakes("backward"):
-                flawed = catalog.flawed_flash_gradients(tensors["q"], tensors["k"], tensors["v"],
+                flawed = mistakes.flawed_flash_gradients(tensors["q"], tensors["k"], tensors["v"],
                                                         tensors["grad_output"], case.causal, case.block_q,
                                                         case.block_k, mistake.flaws)
                 candidates[mistake] = {f"grad.{name}": g for name, g in zip("qkv", flawed)}

@@ -1,0 +1,381 @@
+"""The catalogue of typical mistakes, in words: each one's name, its title, the hint a student
+reads, and the flaws that make it (which step goes wrong, as a flag).
+
+This is the part of the catalogue that names mistakes: visible checks and the grader name a
+mistake with it. What each mistake computes, the deliberately breakable twins of the reference
+that the flaws switch on, is in :mod:`transformer_lm.mistakes`, on the instructor's side with the
+reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Flaws:
+    """Ways an attention implementation can go wrong; the defaults are all correct."""
+
+    softmax_dim: int = -1
+    scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width)
+    masked_fill: float = float("-inf")
+    causal_diagonal: int = 0  # the last key a causal query may see, counted from itself: -1 hides it, 1 leaks the next
+    mask_after_softmax: bool = False  # masked weights zeroed after the softmax, rows not renormalised
+    invert_mask: bool = False
+    split_without_transpose: bool = False
+    merge_without_transpose: bool = False
+    skip_output_projection: bool = False
+    dropout_in_eval: float = 0.0
+
+
+NAMES = {"batch": "batch", "seq": "seq", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
+"""The names hints use for shapes, unless a notebook's API gives its own (:class:`transformer_lm.cases.AttentionAPI`)."""
+
+
+@dataclass(frozen=True)
+class GenerationFlaws:
+    """Ways sampling and generation with minGPT can go wrong; the defaults are all correct."""
+
+    temperature: str = "divide"  # "multiply"; or "ignore" (dividing the probabilities does that too)
+    greedy: bool = False  # the most likely token every time, whatever the temperature
+    top_k_unmapped: bool = False  # the position drawn among the top k used as the token id
+    crop_first: bool = False  # the context cropped to its first block_size tokens, not its last
+    positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+
+
+@dataclass(frozen=True)
+class TilingFlaws:
+    """Ways attention computed tile by tile (assignment 05) can go wrong; the defaults are all correct.
+    The first group changes the values; the second only what the computation holds or does, which
+    the memory checks see in a trace of what ran (:class:`transformer_lm.sandboxed.probes.TensorTrace`)."""
+
+    total_not_rescaled: bool = False  # the running sum of exponentials kept when the maximum grows
+    output_not_rescaled: bool = False  # the running output kept when the maximum grows
+    global_maximum: bool = False  # one running maximum shared by every row (of every batch and head)
+    lse_without_max: bool = False  # log(total) returned as the log-sum-exp
+    causal_blocks: str = "skip"  # "miss_diagonal": stop before the query block starts; "one_extra"; "all"
+    delta_from_tile: bool = False  # D = rowsum(P * dP) over one tile instead of rowsum(dO * O)
+    full_scores: bool = False  # the whole (T_q, T_k) score matrix built at once
+    full_row: bool = False  # each query block's maximum and sum taken over its whole row of keys
+    backward_full: bool = False  # the backward rebuilds the whole (T_q, T_k) weight matrix
+    saves_weights: bool = False  # the forward keeps its tiles of weights for the backward
+
+
+@dataclass(frozen=True)
+class DecoderFlaws:
+    """Ways the attention of today's decoders (assignment 06) can go wrong; the defaults are all correct."""
+
+    rope_interleaved: bool = False  # pairs (x[2i], x[2i+1]) turned, where the weights expect (x[i], x[i + d/2])
+    rope_exponent: str = "2i/d"  # "i/d": the frequencies' exponent off by a factor of 2
+    kv_repeat: str = "interleave"  # "repeat": key/value heads tiled (0, 1, 0, 1) instead of (0, 0, 1, 1)
+    window_offset: int = 0  # +1: each query sees one key too many; -1: one too few
+    pads_attended: bool = False  # the padding of a left-padded prompt not masked
+    positions_from_padding: bool = False  # positions counted from the first pad, not the first real token
+    cache_positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+    empty_rows_nan: bool = False  # a query whose every key is masked (a pad) gets NaN, not zeros
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One catalogued mistake: a name for reports, words for the student, and its flaws.
+
+    ``shows_with`` lists the features a test needs for the mistake to change the result
+    ("heads", "mask", "causal", "projection", "dropout"); one feature is enough.
+    """
+
+    name: str
+    title: str
+    hint: str
+    flaws: Flaws | GenerationFlaws | TilingFlaws | DecoderFlaws
+    shows_with: frozenset[str] = frozenset()
+
+    def hint_in(self, names: dict[str, str] | None = None) -> str:
+        """The hint in a notebook's own names (``batch``, ``seq``, ``d_out``, ``num_heads``,
+        ``head_dim``: :data:`NAMES` where the notebook has none of its own)."""
+        return self.hint.format_map({**NAMES, **(names or {})})
+
+    def visible_in(self, features: set[str] | frozenset[str]) -> bool:
+        return not self.shows_with or bool(self.shows_with & set(features))
+
+
+def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
+    """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
+    (dropout left on in eval mode shows by two calls giving two outputs instead)."""
+    return [mistake for mistake in ATTENTION if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+
+
+def tiling_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of tiled attention that show in ``"merge"``, ``"online"`` (the
+    online softmax's values), ``"forward"`` and ``"causal"`` (the tiled forward's), ``"backward"``
+    (its gradients), ``"work"`` (the tiles a causal forward computes) or ``"memory"``."""
+    return [mistake for mistake in TILING if shows_with in mistake.shows_with]
+
+
+def decoder_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of today's decoders that show in ``"rope"``, ``"gqa"``,
+    ``"padded_gqa"`` (a layer given a left-padded batch's mask), ``"window"``, ``"padding"`` or
+    ``"cache"``."""
+    return [mistake for mistake in DECODER if shows_with in mistake.shows_with]
+
+
+def generation_mistakes(shows_with: str) -> list[Mistake]:
+    """The catalogued mistakes of sampling and generation that show in ``"sampling"``, in
+    ``"generation"`` (greedy tokens without a cache) or in ``"cache"`` (with a KV cache)."""
+    return [mistake for mistake in GENERATION if shows_with in mistake.shows_with]
+
+
+ATTENTION: tuple[Mistake, ...] = (
+    Mistake(
+        "softmax_wrong_dim", "softmax over the wrong dimension",
+        "Each query's weights over the keys must sum to 1, so apply the softmax over the last "
+        "dimension (dim=-1). On batched scores (batch, queries, keys), dim=1 normalises over the "
+        "queries instead.",
+        Flaws(softmax_dim=-2),
+    ),
+    Mistake(
+        "no_scaling", "scores not scaled by 1/sqrt(d_k)",
+        "Divide the scores q @ k^T by sqrt(d_k), the width of one head's keys, before the softmax; "
+        "unscaled scores grow with the width and saturate the softmax.",
+        Flaws(scale="none"),
+    ),
+    Mistake(
+        "scaled_by_model_width", "scores scaled by the model width instead of the head width",
+        "With several heads, d_k is the width of one head ({d_out} // {num_heads}), not {d_out}: "
+        "scale by 1/sqrt({head_dim}).",
+        Flaws(scale="model"), frozenset({"heads"}),
+    ),
+    Mistake(
+        "mask_filled_with_zero", "masked scores filled with 0 instead of -inf",
+        "A masked score of 0 still gets weight after the softmax (e^0 = 1). Fill the masked scores "
+        "with float('-inf') so that their weight is exactly 0.",
+        Flaws(masked_fill=0.0), frozenset({"mask", "causal"}),
+    ),
+    Mistake(
+        "mask_hides_diagonal", "the causal mask also hides the current token",
+        "A token may attend to itself and to the past, only the future is hidden: block "
+        "torch.triu(..., diagonal=1), or keep torch.tril(...) with its diagonal.",
+        Flaws(causal_diagonal=-1), frozenset({"causal"}),
+    ),
+    Mistake(
+        "mask_leaks_next_token", "the causal mask lets each token see the next one",
+        "The mask is off by one: block every key after the query. torch.triu(torch.ones(T, T), diagonal=1) "
+        "marks exactly the future; with diagonal=2 each token still sees the token after it.",
+        Flaws(causal_diagonal=1), frozenset({"causal"}),
+    ),
+    Mistake(
+        "mask_after_softmax", "the mask applied after the softmax, without renormalising",
+        "Mask the scores before the softmax (fill them with -inf), so that each row's weights over the "
+        "allowed keys sum to 1. Weights zeroed after the softmax no longer sum to 1, unless each row is "
+        "divided by its new sum.",
+        Flaws(mask_after_softmax=True), frozenset({"mask", "causal"}),
+    ),
+    Mistake(
+        "inverted_mask", "the boolean mask is inverted",
+        "Here, as in F.scaled_dot_product_attention, True means 'may attend'. masked_fill fills "
+        "where its condition is True, so fill where the mask is False (~mask). "
+        "(nn.MultiheadAttention uses the opposite convention: True blocks.)",
+        Flaws(invert_mask=True), frozenset({"mask", "causal"}),
+    ),
+    Mistake(
+        "split_heads_without_transpose", "heads split with view but no transpose",
+        "Split ({batch}, {seq}, {d_out}) with .view({batch}, {seq}, {num_heads}, {head_dim}) and then "
+        ".transpose(1, 2). A direct .view({batch}, {num_heads}, {seq}, {head_dim}) has the right shape "
+        "but mixes tokens into the wrong heads.",
+        Flaws(split_without_transpose=True), frozenset({"heads"}),
+    ),
+    Mistake(
+        "merge_heads_without_transpose", "heads merged with view but no transpose",
+        "Before merging, .transpose(1, 2) back to ({batch}, {seq}, {num_heads}, {head_dim}), then "
+        ".contiguous().view({batch}, {seq}, {d_out}). A direct view interleaves tokens and heads.",
+        Flaws(merge_without_transpose=True), frozenset({"heads"}),
+    ),
+    Mistake(
+        "missing_output_projection", "no output projection after merging the heads",
+        "After the heads are merged, apply the output projection layer (out_proj, mix or proj) "
+        "so that the heads' outputs are mixed.",
+        Flaws(skip_output_projection=True), frozenset({"projection"}),
+    ),
+    Mistake(
+        "dropout_in_eval", "dropout still active in eval mode",
+        "Dropout must only act in training. Use the nn.Dropout module stored on self, which "
+        "model.eval() switches off; F.dropout(x, p) without training=self.training is always on.",
+        Flaws(dropout_in_eval=0.5), frozenset({"dropout"}),
+    ),
+)
+
+GENERATION: tuple[Mistake, ...] = (
+    Mistake(
+        "sampling_greedy", "the most likely token every time instead of a draw",
+        "sample_next_token draws from the distribution: softmax of logits / temperature over the top_k, then "
+        "torch.multinomial(probs, num_samples=1). argmax is the special case top_k=1, not the rule.",
+        GenerationFlaws(greedy=True), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "temperature_multiplied", "the logits multiplied by the temperature instead of divided",
+        "Divide the logits by the temperature: a temperature below 1 sharpens the distribution, above 1 "
+        "flattens it. Multiplying does the opposite.",
+        GenerationFlaws(temperature="multiply"), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "temperature_ignored", "the temperature changes nothing",
+        "Divide the logits by the temperature before the softmax. Dividing the probabilities after it "
+        "changes nothing: torch.multinomial renormalises them.",
+        GenerationFlaws(temperature="ignore"), frozenset({"sampling"}),
+    ),
+    Mistake(
+        "top_k_index_not_mapped", "the position among the top k returned as the token",
+        "torch.topk returns (values, indices): a draw among the top k values gives a position 0..k-1; "
+        "map it back to the token id with indices.gather(-1, position), or mask the other logits with -inf "
+        "and draw from the whole vocabulary.",
+        GenerationFlaws(top_k_unmapped=True), frozenset({"sampling", "generation", "cache"}),
+    ),
+    Mistake(
+        "context_cropped_to_first_tokens", "the context cropped to its first block_size tokens",
+        "When the sequence outgrows block_size, the model reads its last block_size tokens, idx[:, "
+        "-block_size:], the ones just before the token to predict; idx[:, :block_size] keeps the oldest.",
+        GenerationFlaws(crop_first=True), frozenset({"generation", "cache"}),
+    ),
+    Mistake(
+        "cache_positions_not_offset", "positions start at 0 again for the tokens after the cache",
+        "With a KV cache, the new tokens come after the cached ones: their position embeddings are "
+        "pos_emb[:, start:start + T], where start is the number of cached tokens, not pos_emb[:, :T].",
+        GenerationFlaws(positions_from_zero=True), frozenset({"cache"}),
+    ),
+)
+
+TILING: tuple[Mistake, ...] = (
+    Mistake(
+        "total_not_rescaled", "the running sum not rescaled when the maximum grows",
+        "Every exponential summed so far was taken against the old maximum m. When a block raises a row's "
+        "maximum to m_new, multiply the running sum by exp(m - m_new) before adding the block's own sum.",
+        TilingFlaws(total_not_rescaled=True), frozenset({"merge", "online", "forward", "causal"}),
+    ),
+    Mistake(
+        "output_not_rescaled", "the running output not rescaled when the maximum grows",
+        "The running output is a sum of exp(s - m) * v taken against the old maximum m. When a tile raises "
+        "the maximum to m_new, multiply it by exp(m - m_new) before adding the tile's exp(s - m_new) @ v, "
+        "as you do for the running sum.",
+        TilingFlaws(output_not_rescaled=True), frozenset({"forward", "causal"}),
+    ),
+    Mistake(
+        "global_maximum", "one maximum for all rows instead of each row's running maximum",
+        "Any number subtracted before exp gives the same softmax in exact arithmetic, but in float32 "
+        "exp(-104) is already 0: a row whose scores lie far below another row's maximum becomes 0 / 0 = NaN. "
+        "Keep one running maximum per query row, taken over the keys only (amax(dim=-1)).",
+        TilingFlaws(global_maximum=True), frozenset({"online", "forward", "causal"}),
+    ),
+    Mistake(
+        "lse_without_max", "the log-sum-exp without the maximum",
+        "The running sum l adds exp(s - m), so log(l) is the log-sum-exp minus the maximum: return m + log(l).",
+        TilingFlaws(lse_without_max=True), frozenset({"forward", "causal"}),
+    ),
+    Mistake(
+        "causal_skip_misses_diagonal", "causal skipping stops one key block too early",
+        "The last query of a block may see every key up to its own position, so the key block on the "
+        "diagonal must be computed, with the mask inside it: visit the key blocks that start before the "
+        "query block ends (key_start < query_stop), not before it starts.",
+        TilingFlaws(causal_blocks="miss_diagonal"), frozenset({"causal", "work"}),
+    ),
+    Mistake(
+        "causal_skip_one_extra_block", "causal skipping visits one key block too many",
+        "A key block that starts at or after the query block's end (key_start >= query_stop) lies wholly in "
+        "the future of every query in the block: stop there, range(0, min(T_k, query_stop), block_k).",
+        TilingFlaws(causal_blocks="one_extra"), frozenset({"work"}),
+    ),
+    Mistake(
+        "future_blocks_computed", "key blocks wholly in the future computed under the causal mask",
+        "With causal=True, the key blocks that start at or after the query block's end are all masked: "
+        "skip them (range(0, min(T_k, query_stop), block_k)) instead of computing them and masking every score.",
+        TilingFlaws(causal_blocks="all"), frozenset({"work"}),
+    ),
+    Mistake(
+        "delta_from_tile", "D computed from one tile instead of rowsum(dO * O)",
+        "D_i = sum_j P_ij dP_ij runs over every key of row i, which no single tile holds; it equals "
+        "rowsum(dO * O) over the output's features. Compute it once per row, before the loop over tiles.",
+        TilingFlaws(delta_from_tile=True), frozenset({"backward"}),
+    ),
+    Mistake(
+        "full_score_matrix", "the whole (T_q, T_k) score matrix built",
+        "A tiled attention never holds more than one (block_q, block_k) tile of scores per batch and head: "
+        "compute each tile's scores inside the loop over key blocks, fold them into the running maximum, sum "
+        "and output, and let them go. Even a boolean (T_q, T_k) mask grows with T^2: build each tile's mask "
+        "from the positions of its rows and columns.",
+        TilingFlaws(full_scores=True), frozenset({"memory"}),
+    ),
+    Mistake(
+        "full_row_reduction", "a max or sum over a whole row of keys at once",
+        "Take the maximum and the sum over one tile's keys (block_k of them) at a time and merge them into "
+        "the running statistics; a reduction over every key of a row needs that whole row in memory.",
+        TilingFlaws(full_row=True), frozenset({"memory"}),
+    ),
+    Mistake(
+        "backward_full_matrix", "the backward rebuilds the whole (T_q, T_k) weight matrix",
+        "Recompute the weights one tile at a time, P = exp(S_tile - lse), inside the loop over tiles, and "
+        "add each tile's share to dq, dk and dv; the whole matrix is what the log-sum-exp lets you avoid.",
+        TilingFlaws(backward_full=True), frozenset({"backward_memory"}),
+    ),
+    Mistake(
+        "saves_more_than_needed", "the forward keeps more than q, k, v, the output and the log-sum-exp",
+        "Save exactly q, k, v, the output and the log-sum-exp with ctx.save_for_backward, and keep nothing "
+        "else that grows with T (no tiles of weights on ctx or in a list): the backward recomputes the rest.",
+        TilingFlaws(saves_weights=True), frozenset({"backward_memory"}),
+    ),
+)
+
+DECODER: tuple[Mistake, ...] = (
+    Mistake(
+        "rope_interleaved", "interleaved and half-split rotary pairs mixed up",
+        "Llama's convention (and this course's) turns each pair (x[i], x[i + d/2]): rotate_half splits the "
+        "last dimension into halves, (x1, x2) -> (-x2, x1). The interleaved convention turns (x[2i], x[2i+1]); "
+        "both keep scores relative, but weights trained under one give wrong scores under the other.",
+        DecoderFlaws(rope_interleaved=True), frozenset({"rope", "gqa"}),
+    ),
+    Mistake(
+        "rope_exponent_off", "the rotary frequencies' exponent off (i/d instead of 2i/d)",
+        "Pair i turns by base ** (-2i / d) per position, for i = 0 .. d/2 - 1: torch.arange(0, d, 2) / d, not "
+        "torch.arange(d // 2) / d, whose slowest pair turns about sqrt(base) times too fast.",
+        DecoderFlaws(rope_exponent="i/d"), frozenset({"rope", "gqa"}),
+    ),
+    Mistake(
+        "kv_heads_repeated_not_interleaved", "key/value heads repeated with repeat instead of repeat_interleave",
+        "Query heads h * r .. h * r + r - 1 share key/value head h, so each key/value head is copied r times in "
+        "place: repeat_interleave(r, dim=1) gives heads 0, 0, 1, 1; repeat(1, r, 1, 1) gives 0, 1, 0, 1 and pairs "
+        "query heads with the wrong keys.",
+        DecoderFlaws(kv_repeat="repeat"), frozenset({"gqa"}),
+    ),
+    Mistake(
+        "window_off_by_one", "the sliding window off by one",
+        "A window of w keys counts the query's own key: query i sees keys i - w + 1 .. i, so the band of "
+        "torch.triu starts at diagonal -(w - 1), not -w (one key too many) or -(w - 2) (one too few).",
+        DecoderFlaws(window_offset=1), frozenset({"window"}),
+    ),
+    Mistake(
+        "pads_attended", "pad tokens attended to",
+        "Combine the causal mask with the attention mask of the padding, so that no query looks at a pad key: "
+        "causal & attention_mask[:, None, None, :].bool().",
+        DecoderFlaws(pads_attended=True), frozenset({"padding"}),
+    ),
+    Mistake(
+        "positions_from_padding", "positions counted from the padding",
+        "A left-padded prompt's first real token is at position 0, as it would be alone: positions = "
+        "(attention_mask.cumsum(-1) - 1).clamp(min=0), not torch.arange(T), which counts the pads.",
+        DecoderFlaws(positions_from_padding=True), frozenset({"padding"}),
+    ),
+    Mistake(
+        "empty_rows_nan", "a query with every key masked gives NaN",
+        "A pad query of a left-padded batch may look at no key: its scores are all -inf and softmax gives 0 / 0 "
+        "= NaN, which the next layers spread to every token. Find those rows (torch.isneginf(scores).all(-1)), "
+        "give them zero weights, and let their output be 0.",
+        DecoderFlaws(empty_rows_nan=True), frozenset({"padded_gqa"}),
+    ),
+    Mistake(
+        "cache_positions_not_offset_rope", "positions start at 0 again for the tokens after the cache",
+        "With a KV cache, the new tokens come after the cached ones: rotate them at positions past_len .. "
+        "past_len + T - 1 (per sequence: one more than its last position), not 0 .. T - 1.",
+        DecoderFlaws(cache_positions_from_zero=True), frozenset({"cache"}),
+    ),
+)
+
+CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING + DECODER
+
+BY_NAME = {mistake.name: mistake for mistake in CATALOG}
