@@ -39,7 +39,7 @@ from autograder.preflight import Preflight, grade_ids, preflight, read_notebook,
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
-from transformer_lm.kinds import Prepared
+from transformer_lm.prepared import Prepared
 from transformer_lm.sandboxed.probes import COURSE_CODE_CELL
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")

@@ -30,7 +30,7 @@ from autograder import journal, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
 from autograder.preflight import Cell, Preflight
-from transformer_lm.kinds import Prepared
+from transformer_lm.prepared import Prepared
 from transformer_lm.sandboxed import probes
 
 HARNESS = Path(__file__).with_name("harness")

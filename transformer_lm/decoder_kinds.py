@@ -18,7 +18,9 @@ from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.cases import randomize
 from transformer_lm.judging import Verdict
-from transformer_lm.kinds import Prepared, ProbeCall, _judge_record, function_check, module_case
+from transformer_lm.judging import RecordJudge
+from transformer_lm.kinds import function_check, module_case
+from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 
 
@@ -96,7 +98,7 @@ class GroupedQueryCheck:
         if self.window is not None:
             init["window"] = self.window
         return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": init, **arguments}),
-                        _judge_record(expected, candidates))
+                        RecordJudge(expected, candidates))
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,22 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     return Verdict("passed", f"Correct: {what} the reference.")
 
 
+@dataclass
+class RecordJudge:
+    """Judges a probe's record against ``expected``, naming the first of the ``candidates``
+    (each mistake's record on the same inputs) that it matches, with hints in the notebook's
+    ``names`` for shapes. Data alone, so a visible check can store it."""
+
+    expected: dict[str, torch.Tensor]
+    candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None
+    names: dict[str, str] | None = None
+
+    def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
+        verdict = judge(record, self.expected, self.candidates, values=values)
+        verdict.names = self.names
+        return verdict
+
+
 def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]]) -> Verdict:
     """Compares a module's parameters (name -> shape) with the expected ones."""
     missing = [n for n in expected if n not in got]

@@ -2,7 +2,7 @@
 
 A kind (:class:`AttentionCheck`, :class:`FunctionCheck`, ... below) names the student object it
 probes and the sizes to test. Its :meth:`prepare` turns a random generator into a
-:class:`Prepared` check: the :class:`ProbeCall` to make (a function of
+:class:`~transformer_lm.prepared.Prepared` check: the :class:`~transformer_lm.prepared.ProbeCall` to make (a function of
 :mod:`transformer_lm.sandboxed.probes`, the student objects by name, arguments and tensors) and the
 judge of what comes back. The same prepared check serves twice:
 
@@ -25,60 +25,10 @@ from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
 from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
                                   randomize)
-from transformer_lm.judging import Verdict, difference, judge, judge_parameters
+from transformer_lm.judging import RecordJudge, Verdict, difference, judge, judge_parameters
+from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
-
-Judge = Callable[[dict[str, torch.Tensor], object, bool], Verdict]
-"""``judge(record, value, values)``: a probe's tensors (or its plain value), judged; with
-``values=False`` the message lists no expected values (they come from secret inputs)."""
-
-
-@dataclass
-class ProbeCall:
-    """One call of a probe: ``probe(**objects, **arguments, **tensors)``, where ``objects`` maps
-    an argument to the name of a student object, resolved where the call runs.
-
-    ``tensors`` maps an argument name to a tensor, or ``"<argument>/<key>"`` to one entry of
-    a dict of tensors (``state/W_query.weight``, ``inputs/x``): see
-    :func:`transformer_lm.sandboxed.probes.flatten_arguments`.
-    """
-
-    probe: Callable
-    objects: dict[str, str]
-    arguments: dict = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, probe: Callable, objects: dict[str, str], arguments: dict) -> ProbeCall:
-        """The call of ``probe`` with ``arguments`` that may hold tensors and dicts of tensors."""
-        plain, tensors = probes.flatten_arguments(arguments)
-        return cls(probe, objects, plain, tensors)
-
-    def plan(self) -> dict:
-        """The call as the harness reads it from a plan (JSON): the tensors travel apart, by name."""
-        if probes.PROBES.get(self.probe.__name__) is not self.probe:
-            raise ValueError(f"{self.probe!r} is not a probe of transformer_lm.sandboxed.probes")
-        return {"probe": self.probe.__name__, "objects": self.objects, "arguments": self.arguments,
-                "tensor_keys": list(self.tensors)}
-
-    def run_here(self, namespace: dict) -> object:
-        """Makes the call in this process, on the objects of ``namespace``, as the harness does."""
-        return probes.call_probe(self.plan(), namespace, self.tensors)
-
-
-@dataclass
-class Prepared:
-    """A check made concrete: the call to make and how to judge what comes back."""
-
-    call: ProbeCall
-    judge: Judge
-
-    def judge_result(self, result: object, values: bool) -> Verdict:
-        """Judges what the probe returned (a record of tensors, or a plain value)."""
-        record = probes.as_record(result)
-        return self.judge(record or {}, None if record is not None else result, values)
-
 
 class CheckKind(Protocol):
     """What every kind of check has: the student object it probes, and :meth:`prepare`."""
@@ -93,16 +43,6 @@ def judge_here(check: CheckKind, namespace: dict, generator: torch.Generator, va
     judges the result: the grader's comparison without the sandbox (benchmarks and tests)."""
     prepared = check.prepare(generator)
     return prepared.judge_result(prepared.call.run_here(namespace), values)
-
-
-def _judge_record(expected, candidates=None, names: dict[str, str] | None = None) -> Judge:
-    """Judges a record against the expected one, naming the candidates' mistakes, with hints in
-    the notebook's ``names`` for shapes."""
-    def judge_record(record, value, values):
-        verdict = judge(record, expected, candidates, values=values)
-        verdict.names = names
-        return verdict
-    return judge_record
 
 
 # --------------------------------------------------------------------------------------
@@ -391,7 +331,7 @@ class AttentionCheck:
             candidates = {mistake: kept for mistake, record in candidates.items()
                           if (kept := {key: value for key, value in record.items() if key in self.judges})}
         return Prepared(ProbeCall.of(self.probe, {"cls": self.object}, arguments),
-                        _judge_record(expected, candidates, self.api.names))
+                        RecordJudge(expected, candidates, self.api.names))
 
 
 @dataclass(frozen=True)
@@ -423,7 +363,7 @@ def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad
     expected = function_records(expected_fn, inputs, grad_output)
     call = ProbeCall.of(probes.probe_function, {"fn": name},
                         {"inputs": inputs, "grad_output": grad_output, "call_kwargs": call_kwargs})
-    return Prepared(call, _judge_record(expected, candidates))
+    return Prepared(call, RecordJudge(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -442,7 +382,7 @@ class TransferCheck:
         tensors = make_case_tensors(self.case, generator)
         arguments, expected = transfer_records(self.source_api, self.target_api, self.case, tensors)
         objects = {"fn": self.object, "source_cls": self.source, "target_cls": self.target}
-        return Prepared(ProbeCall.of(probes.probe_transfer, objects, arguments), _judge_record(expected))
+        return Prepared(ProbeCall.of(probes.probe_transfer, objects, arguments), RecordJudge(expected))
 
 
 @dataclass(frozen=True)
@@ -517,7 +457,7 @@ class DecoderLoadCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         arguments, expected, candidates = decoder_load_records(self.init, self.case, generator)
         return Prepared(ProbeCall.of(probes.probe_load_from_torch, {"cls": self.object}, arguments),
-                        _judge_record(expected, candidates))
+                        RecordJudge(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -534,7 +474,7 @@ class ModuleCheck:
         module = randomize(self.reference(), generator)
         arguments, expected = module_case(module, self.make_inputs(generator), generator)
         return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": self.init, **arguments}),
-                        _judge_record(expected))
+                        RecordJudge(expected))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.judging import Verdict, judge
-from transformer_lm.kinds import Prepared, ProbeCall
+from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 
 SPREAD = 60.0

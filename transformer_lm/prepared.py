@@ -1,0 +1,67 @@
+"""A check made concrete: the probe call to make and how to judge what comes back.
+
+A kind of check (:mod:`transformer_lm.kinds`) prepares a :class:`Prepared` from a random generator
+with the reference; what it holds is then plain data and pure functions of it, which need no
+reference: the visible checks can store it (:mod:`transformer_lm.stored`) and judge against the
+stored values, and the grader judges a hidden run's record with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from transformer_lm.judging import Verdict
+from transformer_lm.sandboxed import probes
+
+Judge = Callable[[dict[str, torch.Tensor], object, bool], Verdict]
+"""``judge(record, value, values)``: a probe's tensors (or its plain value), judged; with
+``values=False`` the message lists no expected values (they come from secret inputs)."""
+
+
+@dataclass
+class ProbeCall:
+    """One call of a probe: ``probe(**objects, **arguments, **tensors)``, where ``objects`` maps
+    an argument to the name of a student object, resolved where the call runs.
+
+    ``tensors`` maps an argument name to a tensor, or ``"<argument>/<key>"`` to one entry of
+    a dict of tensors (``state/W_query.weight``, ``inputs/x``): see
+    :func:`transformer_lm.sandboxed.probes.flatten_arguments`.
+    """
+
+    probe: Callable
+    objects: dict[str, str]
+    arguments: dict = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, probe: Callable, objects: dict[str, str], arguments: dict) -> ProbeCall:
+        """The call of ``probe`` with ``arguments`` that may hold tensors and dicts of tensors."""
+        plain, tensors = probes.flatten_arguments(arguments)
+        return cls(probe, objects, plain, tensors)
+
+    def plan(self) -> dict:
+        """The call as the harness reads it from a plan (JSON): the tensors travel apart, by name."""
+        if probes.PROBES.get(self.probe.__name__) is not self.probe:
+            raise ValueError(f"{self.probe!r} is not a probe of transformer_lm.sandboxed.probes")
+        return {"probe": self.probe.__name__, "objects": self.objects, "arguments": self.arguments,
+                "tensor_keys": list(self.tensors)}
+
+    def run_here(self, namespace: dict) -> object:
+        """Makes the call in this process, on the objects of ``namespace``, as the harness does."""
+        return probes.call_probe(self.plan(), namespace, self.tensors)
+
+
+@dataclass
+class Prepared:
+    """A check made concrete: the call to make and how to judge what comes back."""
+
+    call: ProbeCall
+    judge: Judge
+
+    def judge_result(self, result: object, values: bool) -> Verdict:
+        """Judges what the probe returned (a record of tensors, or a plain value)."""
+        record = probes.as_record(result)
+        return self.judge(record or {}, None if record is not None else result, values)
