@@ -1,13 +1,15 @@
 """A prepared visible check, stored as values and loaded again, judges every answer as the check
 prepared with the reference does: the right one passes, and a catalogued mistake fails with the
-same message and the same name (transformer_lm/stored.py)."""
+same message and the same name (transformer_lm/stored.py); a judge that is not data is refused."""
 
+import pytest
 import torch
 
 from transformer_lm import catalog, mistakes, reference, stored
-from transformer_lm.kinds import AttentionCheck, attention_function_candidates, function_check
 from transformer_lm.adapters import SELF_ATTENTION_V1
 from transformer_lm.cases import AttentionCase
+from transformer_lm.kinds import (AttentionCheck, FactoryCheck, ParametersCheck, RaisesCheck,
+                                  attention_function_candidates, function_check)
 
 
 def attention(q, k, v, mask=None):
@@ -36,6 +38,20 @@ class OverTheWrongDimension(SelfAttention_v1):
     dim = 0
 
 
+class Unchecked(SelfAttention_v1):
+    """Builds with any sizes, where the check wants a ValueError for a d_out of 0."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+
+
+class Checked(SelfAttention_v1):
+    def __init__(self, d_in, d_out):
+        if d_out < 1:
+            raise ValueError(f"d_out={d_out} must be at least 1")
+        super().__init__(d_in, d_out)
+
+
 def verdicts(prepared, namespace):
     verdict = prepared.judge_result(prepared.call.run_here(namespace), values=True)
     return verdict.status, verdict.message, verdict.mistake and verdict.mistake.name, verdict.hint
@@ -48,7 +64,10 @@ def test_a_stored_check_judges_as_the_prepared_one(tmp_path):
     checks = {"attention": function_check("attention", attention, inputs, torch.randn(2, 4, 6, generator=generator),
                                           attention_function_candidates(inputs)),
               "self_attention_v1": AttentionCheck("SelfAttention_v1", SELF_ATTENTION_V1,
-                                                  AttentionCase(batch=None, seq=4, d_in=3, d_out=2, bias=False)).prepare(generator)}
+                                                  AttentionCase(batch=None, seq=4, d_in=3, d_out=2, bias=False)).prepare(generator),
+              "parameters": ParametersCheck("SelfAttention_v1", {"d_in": 3, "d_out": 2},
+                                            {"W_query": (3, 2), "W_key": (3, 2), "W_value": (3, 2)}).prepare(generator),
+              "raises": RaisesCheck("SelfAttention_v1", {"d_in": 3, "d_out": 0}).prepare(generator)}
     stored.save(checks, tmp_path / "checks.safetensors")
     loaded = stored.load(tmp_path / "checks.safetensors")
     assert set(loaded) == set(checks)
@@ -60,5 +79,15 @@ def test_a_stored_check_judges_as_the_prepared_one(tmp_path):
         assert live == kept, (live, kept)
     assert verdicts(loaded["self_attention_v1"], {"SelfAttention_v1": SelfAttention_v1})[0] == "passed"
     assert verdicts(loaded["self_attention_v1"], {"SelfAttention_v1": OverTheWrongDimension})[2] == "softmax_wrong_dim"
+    for name, answer, status in (("parameters", SelfAttention_v1, "passed"), ("parameters", Unchecked, "passed"),
+                                 ("raises", Checked, "passed"), ("raises", Unchecked, "failed")):
+        live, kept = (verdicts(c[name], {"SelfAttention_v1": answer}) for c in (checks, loaded))
+        assert live == kept and kept[0] == status, (name, live, kept)
     assert verdicts(loaded["attention"], {"attention": attention})[0] == "passed"
     assert verdicts(loaded["attention"], {"attention": attention_over_the_wrong_dimension})[2] == "softmax_wrong_dim"
+
+
+def test_a_judge_that_is_code_is_not_stored(tmp_path):
+    check = FactoryCheck("make", {}, (1, 2, 3), lambda record: None).prepare(torch.Generator().manual_seed(0))
+    with pytest.raises(TypeError, match="cannot be stored"):
+        stored.save({"factory": check}, tmp_path / "checks.safetensors")

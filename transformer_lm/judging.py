@@ -179,3 +179,32 @@ def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, t
     if wrong:
         return Verdict("failed", f"{name}: " + "; ".join(wrong) + ". nn.Linear(in, out) stores its weight as (out, in).")
     return Verdict("passed", f"{name} has the expected layers: " + ", ".join(expected) + ".")
+
+
+@dataclass
+class ParametersJudge:
+    """Judges a module's parameters (name -> shape, what the probe returns) against ``expected``."""
+
+    object: str
+    expected: dict[str, tuple[int, ...]]
+
+    def __call__(self, record, shapes, values: bool) -> Verdict:
+        return judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
+
+
+@dataclass
+class RaisesJudge:
+    """Judges that building ``object`` with ``init`` raised ``exception`` (the probe returns the
+    name of what it raised, or None)."""
+
+    object: str
+    init: dict
+    exception: str = "ValueError"
+
+    def __call__(self, record, raised, values: bool) -> Verdict:
+        arguments = ", ".join(f"{k}={v!r}" for k, v in self.init.items())
+        if raised == self.exception:
+            return Verdict("passed", f"{self.object}({arguments}) raises {self.exception}.")
+        got = f"raised {raised}" if raised else "raised nothing"
+        return Verdict("failed", f"{self.object}({arguments}) {got}; expected a clear {self.exception} "
+                                 f"that names the numbers that do not fit.")

@@ -25,7 +25,7 @@ from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
 from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
                                   randomize)
-from transformer_lm.judging import RecordJudge, Verdict, difference, judge, judge_parameters
+from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict, difference, judge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
@@ -394,14 +394,8 @@ class RaisesCheck:
     exception: str = "ValueError"
 
     def prepare(self, generator: torch.Generator) -> Prepared:
-        def judge_raised(record, raised, values):
-            arguments = ", ".join(f"{k}={v!r}" for k, v in self.init.items())
-            if raised == self.exception:
-                return Verdict("passed", f"{self.object}({arguments}) raises {self.exception}.")
-            got = f"raised {raised}" if raised else "raised nothing"
-            return Verdict("failed", f"{self.object}({arguments}) {got}; expected a clear {self.exception} "
-                                     f"that names the numbers that do not fit.")
-        return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}), judge_raised)
+        return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}),
+                        RaisesJudge(self.object, self.init, self.exception))
 
 
 @dataclass(frozen=True)
@@ -431,9 +425,8 @@ class ParametersCheck:
     expected: dict[str, tuple[int, ...]]
 
     def prepare(self, generator: torch.Generator) -> Prepared:
-        def judge_shapes(record, shapes, values):
-            return judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
-        return Prepared(ProbeCall(probes.parameter_shapes, {"cls": self.object}, {"init": self.init}), judge_shapes)
+        return Prepared(ProbeCall(probes.parameter_shapes, {"cls": self.object}, {"init": self.init}),
+                        ParametersJudge(self.object, self.expected))
 
 
 @dataclass(frozen=True)
