@@ -67,14 +67,16 @@ def save(checks: dict[str, Prepared], path: Path) -> None:
 
 def load(path: Path) -> dict[str, Prepared]:
     """The checks stored in ``path`` by :func:`save`, each judged against its stored values."""
-    tensors = load_file(str(path))
     with safe_open(str(path), "pt") as f:
         described = json.loads(f.metadata()["checks"])
+    parts: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    for key, value in load_file(str(path)).items():
+        check, rest = key.split(SEPARATOR, 1)
+        part_name, tensor_name = rest.rsplit(SEPARATOR, 1)
+        parts.setdefault((check, part_name), {})[tensor_name] = value
 
     def part(check: str, name: str) -> dict[str, torch.Tensor]:
-        prefix = f"{check}{SEPARATOR}{name}{SEPARATOR}"
-        return {key[len(prefix):]: value for key, value in tensors.items()
-                if key.startswith(prefix) and SEPARATOR not in key[len(prefix):]}
+        return parts.get((check, name), {})
 
     checks = {}
     for name, check in described.items():

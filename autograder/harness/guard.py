@@ -218,28 +218,29 @@ def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once t
 
 GUARD_MARK: dict = {}
 """The globals of every guard: how the audit hook knows one (a function's globals cannot be changed)."""
-GUARD_SOURCE = '''
-def guard(*args, **kwargs):
-    "CHECK"("NAME")
-    return "ORIGINAL"(*args, **kwargs)
-'''
-SEAL_SOURCE = '''
-def seal(kind, *args):
-    "CHECK"(kind)
-    return "GETATTR"("TOTALS", kind)(*args)
-'''
-MADE_SOURCE = '''
-def made(*args, **kwargs):
-    return "GUARD_RESULT"("ORIGINAL"(*args, **kwargs))
-'''
-
-
 def _placeholders(source: str) -> types.CodeType:
     """The code of the one function ``source`` defines, whose string constants are placeholders."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)  # calling a str: it is a placeholder
         module = compile(source, "<the grader's guard>", "exec")
     return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+
+
+GUARD_CODE = _placeholders('''
+def guard(*args, **kwargs):
+    "CHECK"("NAME")
+    return "ORIGINAL"(*args, **kwargs)
+''')
+SEAL_CODE = _placeholders('''
+def seal(kind, *args):
+    "CHECK"(kind)
+    return "GETATTR"("TOTALS", kind)(*args)
+''')
+MADE_CODE = _placeholders('''
+def made(*args, **kwargs):
+    return "GUARD_RESULT"("ORIGINAL"(*args, **kwargs))
+''')
+"""The guards' code, compiled once: a guard of each operator's kernel caller is made from it."""
 
 
 def _with_constants(code: types.CodeType, name: str, constants: dict, _function=types.FunctionType, _mark=GUARD_MARK,
@@ -269,7 +270,7 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
             _exit(_status)
 
     def guarded(original, name: str):
-        return _with_constants(_placeholders(GUARD_SOURCE), name, {"CHECK": check, "NAME": name, "ORIGINAL": original})
+        return _with_constants(GUARD_CODE, name, {"CHECK": check, "NAME": name, "ORIGINAL": original})
 
     def guard_result(overload):
         """``_get_operation_overload``'s result with the kernel caller guarded."""
@@ -279,7 +280,7 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
     profiler = vars(torch._C._autograd)
     found = {id(profiler[n]): (profiler[n], guarded(profiler[n], n)) for n in PROFILER_SWITCHES}
     overload = torch._C._get_operation_overload
-    found[id(overload)] = (overload, _with_constants(_placeholders(MADE_SOURCE), "_get_operation_overload",
+    found[id(overload)] = (overload, _with_constants(MADE_CODE, "_get_operation_overload",
                                                      {"GUARD_RESULT": guard_result, "ORIGINAL": overload}))
     for module in list(sys.modules.values()):
         space = getattr(module, "__dict__", None)
@@ -332,7 +333,7 @@ def sealed_traces():
     parts = tuple((name, f.__code__, f.__defaults__) for name, f in (
         ("__torch_dispatch__", dispatch), ("saved_tensor", saved_tensor), ("record", record), ("__getattr__", value)))
 
-    def make(_code=_placeholders(SEAL_SOURCE), _check=check, _parts=parts, _totals=probes.TraceTotals,
+    def make(_code=SEAL_CODE, _check=check, _parts=parts, _totals=probes.TraceTotals,
              _names=probes.TraceTotals.NAMES, _base=probes.TensorTrace, _with=_with_constants,
              _function=types.FunctionType, _mark=GUARD_MARK, _getattr=getattr, _partial=functools.partial,
              _property=property, _type=type, _tuple=tuple, _freeze=freeze):
