@@ -17,7 +17,7 @@ import torch
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.cases import randomize
-from transformer_lm.judging import Verdict
+from transformer_lm.decoder_judges import BytesJudge, MaskJudge, PaddedTokensJudge, PaddingJudge
 from transformer_lm.judging import RecordJudge
 from transformer_lm.kinds import function_check, module_case
 from transformer_lm.prepared import Prepared, ProbeCall
@@ -119,21 +119,8 @@ class WindowMaskCheck:
                  for step in (1, -1)]
         call = f"{self.object}(query_len={self.query_len}, key_len={self.key_len}, window={self.window})"
 
-        def judge_mask(record, value, values) -> Verdict:
-            got = record.get("output")
-            if got is None or tuple(got.shape) != tuple(expected.shape):
-                shape = "a number" if got is None else f"shape {tuple(got.shape)}"
-                return Verdict("failed", f"{call} returned {shape}; expected a boolean mask of shape "
-                                         f"{tuple(expected.shape)}, True where a query may look at a key.")
-            got = got.bool()
-            if torch.equal(got, expected):
-                return Verdict("passed", "Correct: causal, and at most window keys per query, itself included.")
-            row = int((got != expected).any(dim=-1).nonzero()[0])
-            seen = f" (it allows {got[row].int().tolist()}, expected {expected[row].int().tolist()})" if values else ""
-            mistake = off_by_one if any(torch.equal(got, w) for w in wrong) else None
-            return Verdict("failed", f"{call}: row {row} is wrong{seen}.", mistake)
-
-        return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object}, {"arguments": sizes}), judge_mask)
+        return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object}, {"arguments": sizes}),
+                        MaskJudge(call, expected, wrong, off_by_one))
 
 
 @dataclass(frozen=True)
@@ -155,16 +142,8 @@ class CacheBytesCheck:
         expected = reference.kv_cache_bytes(**sizes, dtype=getattr(torch, self.dtype))
         call = f"{self.object}({', '.join(f'{k}={v}' for k, v in sizes.items())}, dtype=torch.{self.dtype})"
 
-        def judge_bytes(record, value, values) -> Verdict:
-            if not isinstance(value, (int, float)) or value != expected:
-                why = " Count the keys and the values: two vectors per layer, head and token." \
-                    if value == expected / 2 else ""
-                shown = f" expected {expected}" if values else ""
-                return Verdict("failed", f"{call} returned {value!r};{shown or ' not the size of that cache'}.{why}")
-            return Verdict("passed", f"Correct: {expected} bytes.")
-
         return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object},
-                                     {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}), judge_bytes)
+                                     {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}), BytesJudge(call, expected))
 
 
 def left_padded_batch(lengths: tuple[int, ...]) -> torch.Tensor:
@@ -197,26 +176,10 @@ class PaddingCheck:
         calls = (f"{self.positions_object}(attention_mask) and {self.mask_object}(attention_mask, {query_len}) for "
                  f"prompts of lengths {list(self.lengths)}")
 
-        def judge_padding(record, value, values) -> Verdict:
-            for key in ("positions", "mask"):
-                got, want = record.get(key), expected[key]
-                if got is None or tuple(got.shape) != tuple(want.shape) or not torch.equal(got.to(want.dtype), want):
-                    mistake = next((m for m, r in candidates.items()
-                                    if got is not None and tuple(got.shape) == tuple(r[key].shape)
-                                    and torch.equal(got.to(want.dtype), r[key].to(want.dtype))
-                                    and not torch.equal(r[key].to(want.dtype), want)), None)
-                    what = {"positions": "the positions are", "mask": "the mask is"}[key]
-                    if got is None or tuple(got.shape) != tuple(want.shape):
-                        shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-                        return Verdict("failed", f"{calls}: {what} {shape}; expected shape {tuple(want.shape)}.")
-                    row = int((got.to(want.dtype) != want).flatten(1).any(dim=-1).nonzero()[0])
-                    detail = f": got {got[row].int().tolist()}, expected {want[row].int().tolist()}" if values else ""
-                    return Verdict("failed", f"{calls}: {what} wrong for prompt {row}{detail}.", mistake)
-            return Verdict("passed", "Correct: positions from each prompt's first token, and no query sees padding.")
-
         arguments = {"attention_mask": attention_mask, "query_len": query_len}
         return Prepared(ProbeCall.of(probes.probe_padding, {"positions_fn": self.positions_object,
-                                                            "mask_fn": self.mask_object}, arguments), judge_padding)
+                                                            "mask_fn": self.mask_object}, arguments),
+                        PaddingJudge(calls, expected, candidates))
 
 
 GENERATION_DRAWS = 8
@@ -258,22 +221,7 @@ class PaddedGenerationCheck:
         model, prompts, expected, candidates = drawn
         call = f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens})"
 
-        def judge_tokens(record, value, values) -> Verdict:
-            if value == expected:
-                return Verdict("passed", "Correct: each prompt's tokens in the padded batch are those it gets alone.")
-            if not isinstance(value, list) or len(value) != len(expected):
-                return Verdict("failed", f"{call} returned {len(value) if isinstance(value, list) else 'no'} rows; "
-                                         f"expected one per prompt ({len(expected)}).")
-            row = next(i for i, (got, want) in enumerate(zip(value, expected)) if got != want)
-            if value[row][:len(prompts[row])] != prompts[row]:
-                return Verdict("failed", f"{call}: row {row} does not start with its prompt (without padding).")
-            mistake = next((m for m, tokens in candidates.items() if tokens == value), None)
-            shown = f" (got {value[row]}, alone it gives {expected[row]})" if values else ""
-            return Verdict("failed", f"{call}: prompt {row} (of {len(prompts[row])} tokens) continues differently in "
-                                     f"the batch than alone{shown}. Generation runs your attention layer: if its "
-                                     "check fails, fix that first.", mistake)
-
         arguments = {"config": dict(self.config), "state": {n: p.detach().clone() for n, p in model.named_parameters()},
                      "prompts": prompts, "max_new_tokens": self.max_new_tokens}
         return Prepared(ProbeCall.of(probes.probe_padded_generation, {"fn": self.object, "attention": self.attention},
-                                     arguments), judge_tokens)
+                                     arguments), PaddedTokensJudge(call, prompts, expected, candidates))

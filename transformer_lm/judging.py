@@ -130,9 +130,10 @@ def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mist
 
 def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
           candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
-          rtol: float = RTOL, atol: float = ATOL, values: bool = True) -> Verdict:
+          rtol: float = RTOL, atol: float = ATOL, values: bool = True, labels: dict[str, str] | None = None) -> Verdict:
     """Compares a probe's record with the expected one: output, then weights, then gradients.
-    ``values=False`` keeps expected values out of the message (for hidden checks)."""
+    ``values=False`` keeps expected values out of the message (for hidden checks); ``labels``
+    names keys in the message (a gradient's key ``grad.x`` reads "the gradient of x")."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
     # A mistake that gives the expected record here cannot be what went wrong.
     candidates = {m: r for m, r in (candidates or {}).items()
@@ -140,7 +141,8 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     for key in order:
         if key not in got:
             return Verdict("failed", f"{key} was not produced.")
-        problem = difference(key.replace("grad.", "the gradient of "), got[key], expected[key], rtol, atol, values)
+        label = (labels or {}).get(key, key.replace("grad.", "the gradient of "))
+        problem = difference(label, got[key], expected[key], rtol, atol, values)
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
     if _changes_between_calls(got, rtol, atol):
@@ -161,10 +163,17 @@ class RecordJudge:
     expected: dict[str, torch.Tensor]
     candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None
     names: dict[str, str] | None = None
+    call: str = ""     # what was called, put before a failure's message
+    passed: str = ""   # the message of a pass, in place of the general one
+    labels: dict[str, str] | None = None   # how a failure's message speaks of a record's key
 
     def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
-        verdict = judge(record, self.expected, self.candidates, values=values)
+        verdict = judge(record, self.expected, self.candidates, values=values, labels=self.labels)
         verdict.names = self.names
+        if verdict.passed and self.passed:
+            verdict.message = self.passed
+        elif not verdict.passed and self.call:
+            verdict.message = f"{self.call}: {verdict.message}"
         return verdict
 
 

@@ -25,7 +25,8 @@ from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
 from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
                                   randomize)
-from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict, difference, judge
+from transformer_lm.gpt_judges import DrawsJudge, LossJudge, TokensJudge, frequency_misfit
+from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
@@ -245,60 +246,21 @@ GENERATE_DRAWS = 8
 """How many random models a generation check may draw to find one whose greedy tokens each
 catalogued mistake changes (under some weights one token wins whatever the context)."""
 
-SAMPLING_SIGMAS = 6.0
-"""How far a token's frequency may stray from its probability, in standard errors: a right sampler
-strays further about once in a hundred million tokens checked."""
-
-
-def frequency_misfit(frequencies: torch.Tensor, probabilities: torch.Tensor, draws: int) -> tuple[int, int] | None:
-    """The ``(row, token)`` whose frequency in ``draws`` draws per row does not fit its probability
-    (drawn although its probability is 0, or further than :data:`SAMPLING_SIGMAS` standard errors
-    from it), the worst first; None when every one fits."""
-    p = probabilities.double()
-    bound = SAMPLING_SIGMAS * torch.sqrt(p * (1 - p) / draws) + 1.0 / draws
-    excess = (frequencies.double() - p).abs() - bound
-    excess = torch.where((p == 0) & (frequencies > 0), torch.inf, excess)
-    if bool((excess <= 0).all()):
-        return None
-    row, token = divmod(int(torch.argmax(excess)), p.shape[-1])
-    return row, token
-
 
 def sampling_check(name: str, logits: torch.Tensor, temperature: float, top_k: int | None, draws: int) -> Prepared:
     """The check of a sampler ``name(logits, temperature, top_k)``: ``draws`` tokens from each row
     of ``logits`` ``(rows, vocab)``, in one call on the rows repeated, must follow
     :func:`reference.sampling_probabilities`; a catalogued sampling mistake that they follow
     instead is named."""
-    rows, vocab = logits.shape
     expected = reference.sampling_probabilities(logits, temperature, top_k)
     candidates = {mistake: mistakes.flawed_sampling_probabilities(logits, temperature, top_k, mistake.flaws)
                   for mistake in catalog.generation_mistakes("sampling")}
     candidates = {mistake: q for mistake, q in candidates.items() if frequency_misfit(q, expected, draws)}
     repeated = logits.repeat_interleave(draws, dim=0)   # row r fills draws r * draws .. (r + 1) * draws - 1
     call = f"{name}(logits of shape {tuple(repeated.shape)}, temperature={temperature}, top_k={top_k})"
-
-    def judge_draws(record, value, values) -> Verdict:
-        got = record.get("output")
-        if got is None or tuple(got.shape) != (rows * draws, 1):
-            shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-            return Verdict("failed", f"{call} returned {shape}; expected {(rows * draws, 1)}: one token id per row.")
-        if got.is_floating_point() or bool(((got < 0) | (got >= vocab)).any()):
-            return Verdict("failed", f"{call} returned values that are not token ids 0..{vocab - 1}.")
-        frequencies = torch.nn.functional.one_hot(got.long().view(rows, draws), vocab).sum(dim=1) / draws
-        misfit = frequency_misfit(frequencies, expected, draws)
-        if misfit is None:
-            return Verdict("passed", f"Correct: {draws} draws per row follow softmax(logits / temperature) over the "
-                                     "top_k largest logits.")
-        row, token = misfit
-        shown = f"; its probability is {expected[row, token].item():.3f}" if values else ""
-        mistake = next((m for m, q in candidates.items() if frequency_misfit(frequencies, q, draws) is None), None)
-        return Verdict("failed", f"{call}: in row {row} of the logits, token {token} was drawn with frequency "
-                                 f"{frequencies[row, token].item():.3f} in {draws} draws{shown}, too far from "
-                                 "softmax(logits / temperature) over the top_k largest logits.", mistake)
-
     return Prepared(ProbeCall.of(probes.probe_sampler, {"fn": name},
                                  {"logits": repeated, "call_kwargs": {"temperature": temperature, "top_k": top_k}}),
-                    judge_draws)
+                    DrawsJudge(call, draws, expected, candidates))
 
 
 # --------------------------------------------------------------------------------------
@@ -499,31 +461,8 @@ class LossCheck:
         state = parameters_of(model)
         arguments = {"init": {"config": self.config}, "state": state, "inputs": {"idx": idx, "targets": targets}}
 
-        def judge_loss(record, value, values) -> Verdict:
-            if "output" not in record:
-                return Verdict("failed", "forward(idx, targets) produced no logits.")
-            problem = difference("the logits of forward(idx, targets)", record["output"], logits, values=values)
-            if problem:
-                return Verdict("failed", problem)
-            if "weights" not in record:
-                return Verdict("failed", "forward(idx, targets) returned loss=None; with targets it must return "
-                                         "(logits, loss).")
-            got = record["weights"]
-            if got.numel() != 1:
-                return Verdict("failed", f"the loss has shape {tuple(got.shape)}; expected a single number, the "
-                                         "mean over the positions that count.")
-            got = got.reshape(())
-            problem = difference("the loss", got, loss, values=values)
-            if problem is None:
-                return Verdict("passed", "Correct: the logits and the loss match the reference.")
-            if difference("the loss", got, summed) is None:
-                problem += " It is the sum over the positions; the loss is their mean (F.cross_entropy's default)."
-            elif difference("the loss", got, every_position) is None:
-                problem += (" The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
-                            "F.cross_entropy.")
-            return Verdict("failed", problem)
-
-        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, arguments), judge_loss)
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, arguments),
+                        LossJudge(logits, loss, summed, every_position))
 
 
 @dataclass(frozen=True)
@@ -561,49 +500,12 @@ class GenerateCheck:
             if len(candidates) == len(revealable):
                 break
         state, idx, records, candidates = drawn
-        expected, steps = records["output"], records["tokens_per_call"]
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx,
                      "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}}
         call = "generate(idx, max_new_tokens, top_k=1" + "".join(
             f", {k}={v!r}" for k, v in self.call_kwargs.items()) + ")"
-        new = self.max_new_tokens
-
-        def judge_tokens(record, value, values) -> Verdict:
-            got = record.get("output")
-            if got is None or tuple(got.shape) != tuple(expected.shape):
-                shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-                return Verdict("failed", f"{call} on a prompt of shape {tuple(idx.shape)} with max_new_tokens={new} "
-                                         f"returned {shape}; expected {tuple(expected.shape)}: the prompt followed "
-                                         f"by the new tokens.")
-            got = got.long()
-            seen = record.get("tokens_per_call")
-            if torch.equal(got, expected) and self.call_kwargs.get("use_cache") and \
-                    (seen is None or not torch.equal(seen.long(), steps)):
-                ran = ("never ran the model" if seen is None or not seen.numel()
-                       else f"ran the model on {seen.tolist()} tokens per step")
-                return Verdict("failed", f"{call} gives the right tokens, but {ran}: with the cache it runs on the "
-                                         f"prompt (at most block_size="
-                                         f"{cfg.block_size} tokens) first, then on one new token per step until the "
-                                         f"cache is full, then starts again: {steps.tolist()}.")
-            if torch.equal(got, expected):
-                return Verdict("passed", "Correct: the greedy tokens are the reference's.")
-            if not torch.equal(got[:, :self.prompt], idx):
-                return Verdict("failed", f"{call} returned a tensor that does not start with the prompt; it must "
-                                         "return the prompt followed by the new tokens.")
-            mistake = next((m for m, tokens in candidates.items() if torch.equal(got, tokens)), None)
-            first = int((got != expected).any(dim=0).nonzero()[0])
-            outgrown = ""
-            if first >= cfg.block_size:
-                cached = self.call_kwargs.get("use_cache")
-                question = ("did the cache restart from the last block_size tokens?" if cached
-                            else "was it cropped to its last block_size tokens?")
-                outgrown = f" By then the context ({first} tokens) was longer than block_size={cfg.block_size}: " \
-                           + question
-            return Verdict("failed", f"{call}: the greedy tokens differ from the reference's from new token "
-                                     f"{first - self.prompt + 1} of {new} on.{outgrown} Generation runs your "
-                                     "whole model: if the checks of the attention, the block or GPT.forward fail, "
-                                     "fix those first.", mistake)
-
+        judge_tokens = TokensJudge(call, idx, records["output"], records["tokens_per_call"], cfg.block_size, cached,
+                                   candidates)
         return Prepared(ProbeCall.of(probes.probe_generate, {"cls": self.object}, arguments), judge_tokens)
 
 
@@ -649,14 +551,9 @@ class CachedForwardCheck:
         state = parameters_of(model)
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx, "prefix": self.prefix}
 
-        def judge_cached(record, value, values) -> Verdict:
-            verdict = judge(record, expected, candidates, values=values)
-            if verdict.passed:
-                verdict.message = "Correct: with the KV cache, the logits are those of the whole sequence run at once."
-            else:
-                verdict.message = (f"forward(idx, kv_cache=...) on the first {self.prefix} of {self.seq} tokens, then "
-                                   f"on one token per call, must give the logits of the whole sequence run at once: "
-                                   + verdict.message.replace("cached", "the logits with the cache", 1))
-            return verdict
-
+        judge_cached = RecordJudge(
+            expected, candidates, call=f"forward(idx, kv_cache=...) on the first {self.prefix} of {self.seq} tokens, then "
+                                       "on one token per call, must give the logits of the whole sequence run at once",
+            passed="Correct: with the KV cache, the logits are those of the whole sequence run at once.",
+            labels={"cached": "the logits with the cache"})
         return Prepared(ProbeCall.of(probes.probe_cached_forward, {"cls": self.object}, arguments), judge_cached)

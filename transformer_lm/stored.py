@@ -1,90 +1,103 @@
 """Prepared checks kept as stored values, so that a visible check can judge without the reference.
 
-The instructor's side prepares each visible check with the reference (:mod:`transformer_lm.kinds`)
-and stores it with :func:`save`: the probe call, its input tensors, the expected record and each
-catalogued mistake's record on the same inputs. A student's kernel loads it with :func:`load` and
-judges the student's answer against those values alone, naming a mistake by its record, as the
-original homework's ``test_values`` did for outputs.
+The instructor's side prepares each visible check with the reference and stores it with
+:func:`save` (:mod:`transformer_lm.make_test_values` does, for the notebooks): the probe call, its
+input tensors, the expected record and each catalogued mistake's record on the same inputs. A
+student's kernel loads them with :func:`load` and judges the student's answer against those values
+alone, naming a mistake by its record, as the original homework's ``test_values`` did for outputs.
 
-One safetensors file holds many checks: tensors under ``<check>::call::<name>``,
-``<check>::<record>::<name>`` (``expected``, say) and ``<check>::mistake::<mistake name>::<name>``, and in its
-metadata, as JSON, each check's call (the probe's name, the student objects, plain arguments) and
-its judge: a dataclass of :data:`JUDGES`, by name, with its plain fields (its records of tensors are
-stored as tensors, its mistakes by name).
+One safetensors file holds it all: every tensor under the path of where it sits in the stored data
+(``<check>/judge/expected/output``, say), and, in the file's metadata, the rest as JSON in which a
+tensor is ``{"__tensor__": path}``, a mistake of the catalogue ``{"__mistake__": name}``, a probe
+``{"__probe__": name}``, a tuple ``{"__tuple__": [...]}``, a dict with keys that are not strings
+``{"__pairs__": [[key, value], ...]}`` and a dataclass ``{"__dataclass__": name, "fields": {...}}``.
+Only the dataclasses of :data:`DATACLASSES` are stored, and loading builds nothing else: a stored
+file holds values, never code, and a judge that is code is refused when it is saved.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from transformer_lm import catalog
-from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge
+from transformer_lm import catalog, decoder_judges, gpt_judges, judging, tiled_judges
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 
-SEPARATOR = "::"
+DATACLASSES = {cls.__name__: cls for cls in (
+    Prepared, ProbeCall, judging.RecordJudge, judging.ParametersJudge, judging.RaisesJudge,
+    *gpt_judges.JUDGES, *tiled_judges.JUDGES, tiled_judges.TileCase, *decoder_judges.JUDGES)}
+"""What a stored file may build: the prepared check, its call, the judges (data with no code of the
+reference) and the sizes they hold."""
+
+TENSOR, MISTAKE, PROBE, TUPLE, PAIRS, DATACLASS = ("__tensor__", "__mistake__", "__probe__", "__tuple__",
+                                                   "__pairs__", "__dataclass__")
 
 
-JUDGES = {judge.__name__: judge for judge in (RecordJudge, ParametersJudge, RaisesJudge)}
-"""The judges a stored check may have: dataclasses of values, with no code of the reference."""
+def _encode(value, path: str, tensors: dict[str, torch.Tensor]):
+    """``value`` as JSON, its tensors moved into ``tensors`` under ``path``."""
+    if isinstance(value, torch.Tensor):
+        tensors[path] = value.detach().clone().contiguous()
+        return {TENSOR: path}
+    if isinstance(value, catalog.Mistake):
+        return {MISTAKE: value.name}
+    if callable(value) and probes.PROBES.get(getattr(value, "__name__", None)) is value:
+        return {PROBE: value.__name__}
+    if is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if DATACLASSES.get(name) is not type(value):
+            raise TypeError(f"{path}: a {name} cannot be stored (what can: {', '.join(DATACLASSES)})")
+        return {DATACLASS: name, "fields": {f.name: _encode(getattr(value, f.name), f"{path}/{f.name}", tensors)
+                                            for f in fields(value)}}
+    if isinstance(value, dict) and all(isinstance(key, str) and not key.startswith("__") for key in value):
+        return {key: _encode(item, f"{path}/{key}", tensors) for key, item in value.items()}
+    if isinstance(value, dict):
+        return {PAIRS: [[_encode(key, f"{path}/{i}/key", tensors), _encode(item, f"{path}/{i}", tensors)]
+                        for i, (key, item) in enumerate(value.items())]}
+    if isinstance(value, (tuple, list)):
+        items = [_encode(item, f"{path}/{i}", tensors) for i, item in enumerate(value)]
+        return {TUPLE: items} if isinstance(value, tuple) else items
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"{path}: a value of type {type(value).__name__} ({value!r:.60}) cannot be stored")
 
 
-def save(checks: dict[str, Prepared], path: Path) -> None:
-    """Writes ``checks`` (name -> prepared check) to ``path``."""
-    tensors, described = {}, {}
-
-    def put(check: str, part: str, record: dict[str, torch.Tensor]) -> None:
-        tensors.update({SEPARATOR.join((check, part, key)): value.detach().clone().contiguous()
-                        for key, value in record.items()})
-
-    for name, prepared in checks.items():
-        judge = prepared.judge
-        if type(judge).__name__ not in JUDGES:
-            raise TypeError(f"{name}: a check judged by {judge!r} cannot be stored (judges that can: {', '.join(JUDGES)})")
-        put(name, "call", prepared.call.tensors)
-        plain, records, mistakes = {}, [], []
-        for field in fields(judge):
-            value = getattr(judge, field.name)
-            if field.name == "candidates":
-                for mistake, record in (value or {}).items():
-                    put(name, f"mistake{SEPARATOR}{mistake.name}", record)
-                    mistakes.append(mistake.name)
-            elif isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
-                put(name, field.name, value)
-                records.append(field.name)
-            else:
-                plain[field.name] = value
-        described[name] = {"call": prepared.call.plan(), "judge": type(judge).__name__, "plain": plain,
-                           "records": records, "mistakes": mistakes}
-    save_file(tensors, str(path), metadata={"checks": json.dumps(described)})
+def _decode(value, tensors: dict[str, torch.Tensor]):
+    """What :func:`_encode` turned into ``value``."""
+    if isinstance(value, list):
+        return [_decode(item, tensors) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if TENSOR in value:
+        return tensors[value[TENSOR]]
+    if MISTAKE in value:
+        return catalog.BY_NAME[value[MISTAKE]]
+    if PROBE in value:
+        return probes.PROBES[value[PROBE]]
+    if TUPLE in value:
+        return tuple(_decode(item, tensors) for item in value[TUPLE])
+    if PAIRS in value:
+        return {_decode(key, tensors): _decode(item, tensors) for key, item in value[PAIRS]}
+    if DATACLASS in value:
+        return DATACLASSES[value[DATACLASS]](**{k: _decode(v, tensors) for k, v in value["fields"].items()})
+    return {key: _decode(item, tensors) for key, item in value.items()}
 
 
-def load(path: Path) -> dict[str, Prepared]:
-    """The checks stored in ``path`` by :func:`save`, each judged against its stored values."""
+def save(data: dict, path: Path, **metadata: str) -> None:
+    """Writes ``data`` (a dict of prepared checks, lists of them, and plain values) to ``path``;
+    ``metadata`` adds plain strings to the file's header (who made it, say)."""
+    tensors: dict[str, torch.Tensor] = {}
+    encoded = _encode(data, "", tensors)
+    save_file(tensors, str(path), metadata={**metadata, "stored": json.dumps(encoded)})
+
+
+def load(path: Path) -> dict:
+    """What :func:`save` wrote to ``path``."""
     with safe_open(str(path), "pt") as f:
-        described = json.loads(f.metadata()["checks"])
-    parts: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
-    for key, value in load_file(str(path)).items():
-        check, rest = key.split(SEPARATOR, 1)
-        part_name, tensor_name = rest.rsplit(SEPARATOR, 1)
-        parts.setdefault((check, part_name), {})[tensor_name] = value
-
-    def part(check: str, name: str) -> dict[str, torch.Tensor]:
-        return parts.get((check, name), {})
-
-    checks = {}
-    for name, check in described.items():
-        plan, given = check["call"], part(name, "call")
-        call = ProbeCall(probes.PROBES[plan["probe"]], plan["objects"], plan["arguments"],
-                         {key: given[key] for key in plan["tensor_keys"]})  # in the call's order: arguments by position
-        values = {**check["plain"], **{field: part(name, field) for field in check["records"]}}
-        if check["mistakes"]:
-            values["candidates"] = {catalog.BY_NAME[m]: part(name, f"mistake{SEPARATOR}{m}") for m in check["mistakes"]}
-        checks[name] = Prepared(call, JUDGES[check["judge"]](**values))
-    return checks
+        encoded = json.loads(f.metadata()["stored"])
+    return _decode(encoded, load_file(str(path)))

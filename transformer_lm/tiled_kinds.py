@@ -1,19 +1,7 @@
 """Kinds of check for attention computed tile by tile (assignment 05): its values, and what the
-computation holds and does, judged from a trace of what ran.
-
-Values are compared with exact attention computed in float64, at the course's float32 tolerance.
-Memory and work are judged from a :class:`transformer_lm.sandboxed.probes.TensorTrace` of the
-student's own call, made inside the sandbox, so the judgement rests on what ran and not on what
-the code says:
-
-* no tensor of ``T_q * T_k`` numbers or more (:data:`full_matrix`), at sizes where every honest
-  tensor (the inputs, the output, a tile per batch and head) is far smaller;
-* no max, sum or softmax over more numbers than a tile's row or a feature vector holds
-  (:func:`widest_allowed`): a reduction over a whole row of keys needs that row in memory;
-* under the causal mask, as many exponentials as the key blocks that are not wholly in the future
-  need (:class:`CausalWorkCheck`);
-* after the forward of the autograd Function, nothing kept alive but what q, k, v, the output
-  and the log-sum-exp take (:class:`FlashFunctionCheck`).
+computation holds and does, judged from a trace of what ran (:mod:`transformer_lm.tiled_judges`
+says how). Values are compared with exact attention computed in float64, at the course's float32
+tolerance.
 
 Each kind works as those of :mod:`transformer_lm.kinds` do: the visible checks prepare it from a
 fixed seed, the grader from the course's secret.
@@ -27,55 +15,10 @@ import torch
 
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
-from transformer_lm.judging import Verdict, judge
+from transformer_lm.judging import RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
-
-SPREAD = 60.0
-"""What every other query row (or row of scores) is multiplied by in a ``spread`` case: its scores
-reach hundreds while its neighbours' stay near 1, so one maximum shared by both rows underflows."""
-
-WORK_TOLERANCE = 0.03
-"""How far the share of exponentials a causal call computes may stray from the share of tiles
-it must visit: one key block too many, or too few, per query block moves it by 0.09 or more at the
-sizes the checks use."""
-
-
-@dataclass(frozen=True)
-class TileCase:
-    """Sizes of one call of a tiled attention: q ``(batch, heads, seq_q, dim)``, k ``(batch, heads,
-    seq_k, dim)``, v ``(batch, heads, seq_k, dim_v)``, tiles of ``block_q`` queries and ``block_k``
-    keys. Under ``causal`` the queries and keys are aligned at the start (``seq_q == seq_k``)."""
-
-    batch: int
-    heads: int
-    seq_q: int
-    seq_k: int
-    dim: int
-    dim_v: int
-    block_q: int
-    block_k: int
-    causal: bool = False
-    spread: bool = False
-
-    def tensors(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """q, k, v and an upstream gradient for the output, drawn from ``generator``."""
-        size = (self.batch, self.heads)
-        q = torch.randn(*size, self.seq_q, self.dim, generator=generator)
-        if self.spread:
-            q[..., 1::2, :] *= SPREAD
-        return {"q": q, "k": torch.randn(*size, self.seq_k, self.dim, generator=generator),
-                "v": torch.randn(*size, self.seq_k, self.dim_v, generator=generator),
-                "grad_output": torch.randn(*size, self.seq_q, self.dim_v, generator=generator)}
-
-    @property
-    def options(self) -> dict:
-        return {"causal": self.causal, "block_q": self.block_q, "block_k": self.block_k}
-
-    def call(self, name: str) -> str:
-        shape = f"({self.batch}, {self.heads}, T_q={self.seq_q}, {self.dim})"
-        return (f"{name}(q of shape {shape}, k and v of {self.seq_k} keys, causal={self.causal}, "
-                f"block_q={self.block_q}, block_k={self.block_k})")
+from transformer_lm.tiled_judges import SPREAD, FunctionJudge, MemoryJudge, SoftmaxJudge, TileCase, WorkJudge
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -85,43 +28,6 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     scores = reference.apply_mask(reference.attention_scores(q.double(), k.double()), mask)
     return {"output": (reference.masked_softmax(scores) @ v.double()).to(q.dtype),
             "lse": torch.logsumexp(scores, dim=-1).to(q.dtype)}
-
-
-def full_matrix(case: TileCase) -> int:
-    """The size of the whole score matrix of one batch and head: a tensor this large (or larger)
-    means the attention was not computed tile by tile."""
-    return case.seq_q * case.seq_k
-
-
-def widest_allowed(case: TileCase) -> int:
-    """The most numbers one reduction of a tiled attention combines: a tile's row or column, or a
-    feature vector."""
-    return max(case.block_q, case.block_k, case.dim, case.dim_v)
-
-
-def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: str) -> Verdict | None:
-    """The failure of a traced call that held ``T_q * T_k`` numbers in one tensor (naming
-    ``whole``, the mistake of building it) or reduced a whole row at once; None when neither."""
-    largest = tuple(record[f"{prefix}.largest"].tolist()) if f"{prefix}.largest" in record else ()
-    count = probes._numel(largest) if largest else 0
-    if count >= full_matrix(case):
-        return Verdict("failed", f"{call} created a tensor of shape {largest}: {count} numbers, as many as the whole "
-                                 f"(T_q, T_k) = ({case.seq_q}, {case.seq_k}) matrix of one batch and head "
-                                 f"({full_matrix(case)}) or more. A tile of scores holds block_q x block_k = "
-                                 f"{case.block_q * case.block_k} per batch and head.", catalog.BY_NAME[whole])
-    widest = int(record.get(f"{prefix}.widest", torch.tensor(0)))
-    if widest > widest_allowed(case):
-        return Verdict("failed", f"{call} took a max, a sum or a softmax along {widest} numbers at once, more than a "
-                                 f"tile's row of block_k={case.block_k} keys: a whole row of keys was in memory.",
-                       catalog.BY_NAME["full_row_reduction"])
-    return None
-
-
-def _judged(call: str, record: dict, expected: dict, candidates: dict, values: bool) -> Verdict:
-    verdict = judge(record, expected, candidates, values=values)
-    if not verdict.passed:
-        verdict.message = f"{call}: {verdict.message}"
-    return verdict
 
 
 @dataclass(frozen=True)
@@ -146,7 +52,7 @@ class MergeStatsCheck:
         call = f"{self.object}(max_a, sum_a, max_b, sum_b) on {self.rows} rows"
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object},
                                      {"inputs": inputs, "parts": ["maximum", "total"]}),
-                        lambda record, value, values: _judged(call, record, expected, candidates, values))
+                        RecordJudge(expected, candidates, call=call))
 
 
 @dataclass(frozen=True)
@@ -169,28 +75,17 @@ class OnlineSoftmaxCheck:
                       for m in catalog.tiling_mistakes("online")}
         call = f"{self.object}(scores of shape {tuple(scores.shape)}, block={self.block})"
 
-        def judge_softmax(record, value, values) -> Verdict:
-            verdict = _judged(call, record, expected, candidates, values)
-            if not verdict.passed:
-                return verdict
-            widest = int(record["trace.widest"])
-            if widest > self.block:
-                return Verdict("failed", f"{call} has the right values but took a max or a sum along {widest} "
-                                         f"scores at once: an online softmax reads at most block={self.block} scores of a "
-                                         "row at a time, and merges what it learns.",
-                               catalog.BY_NAME["full_row_reduction"])
-            return Verdict("passed", f"Correct: the softmax of every row, {self.block} scores at a time.")
-
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object},
                                      {"inputs": {"scores": scores}, "parts": ["output"],
-                                      "call_kwargs": {"block": self.block}}), judge_softmax)
+                                      "call_kwargs": {"block": self.block}}),
+                        SoftmaxJudge(call, self.block, expected, candidates))
 
 
 @dataclass(frozen=True)
 class FlashForwardCheck:
     """``object(q, k, v, causal=..., block_q=..., block_k=...) -> (output, lse)`` for ``case``.
     ``judges="values"`` compares both with exact attention, naming the catalogued mistakes;
-    ``judges="memory"`` judges only what the call held (:func:`memory_problem`)."""
+    ``judges="memory"`` judges only what the call held (:func:`transformer_lm.tiled_judges.memory_problem`)."""
 
     object: str
     case: TileCase
@@ -209,17 +104,8 @@ class FlashForwardCheck:
                                                           mistake.flaws)
                     candidates[mistake] = dict(zip(("output", "lse"), flawed))
 
-        def judge_forward(record, value, values) -> Verdict:
-            if self.judges == "memory":
-                return memory_problem(record, "trace", case, call, "full_score_matrix") or Verdict(
-                    "passed", f"Correct: no tensor near the size of the ({case.seq_q}, {case.seq_k}) score matrix and "
-                              f"no reduction wider than a tile (T={case.seq_q}, tiles of {case.block_q} x "
-                              f"{case.block_k}).")
-            verdict = _judged(call, record, expected, candidates, values)
-            if verdict.passed:
-                verdict.message = "Correct: the output and the log-sum-exp match exact attention."
-            return verdict
-
+        judge_forward = MemoryJudge(call, case) if self.judges == "memory" else RecordJudge(
+            expected, candidates, call=call, passed="Correct: the output and the log-sum-exp match exact attention.")
         arguments = {"inputs": {"q": q, "k": k, "v": v}, "parts": ["output", "lse"], "call_kwargs": case.options}
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object}, arguments), judge_forward)
 
@@ -242,7 +128,7 @@ def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws(
 class CausalWorkCheck:
     """Under the causal mask, ``object`` computes the scores of the key blocks that are not wholly
     in a query block's future, and no others: it exponentiates that share of the numbers it
-    exponentiates without the mask (:func:`tile_share`, within :data:`WORK_TOLERANCE`). With
+    exponentiates without the mask (:func:`tile_share`, within :data:`transformer_lm.tiled_judges.WORK_TOLERANCE`). With
     ``backward``, ``object`` is the autograd Function and its backward pass is counted: it
     recomputes the weights of the same tiles. A call that builds the whole score matrix is named for that, the mistake the memory check charges: with
     its answer charged there, one mistake costs points once."""
@@ -260,29 +146,10 @@ class CausalWorkCheck:
         if self.backward:
             call = f"the backward of {self.object}.apply(q, k, v, causal, {case.block_q}, {case.block_k}), T={case.seq_q},"
 
-        def judge_work(record, value, values) -> Verdict:
-            full, causal = int(record["full.exponentials"]), int(record["causal.exponentials"])
-            largest = tuple(record["causal.largest"].tolist())
-            if largest and probes._numel(largest) >= full_matrix(case):   # no tiles to skip: one mistake, not two
-                return Verdict("failed", f"{call} builds a tensor of shape {largest} under the causal mask, the whole "
-                                         "score matrix: it has no tiles to skip until it computes one tile at a time.",
-                               catalog.BY_NAME["full_score_matrix"])
-            if full == 0:
-                return Verdict("failed", f"{call} computed no exponentials (torch.exp) without the mask, so the work "
-                                         "of its tiles cannot be counted: compute each tile's weights with torch.exp.")
-            got = causal / full
-            if abs(got - share) <= WORK_TOLERANCE:
-                return Verdict("passed", f"Correct: with causal=True it computes {got:.0%} of the scores it computes "
-                                         f"without the mask: the key blocks wholly in the future are skipped.")
-            mistake = min(candidates, key=lambda m: abs(candidates[m] - got))
-            named = mistake if abs(candidates[mistake] - got) <= WORK_TOLERANCE else None
-            return Verdict("failed", f"{call} exponentiates {causal} numbers with causal=True and {full} without: "
-                                     f"{got:.0%}. Skipping every key block that starts at or after the end of its query "
-                                     f"block leaves {share:.0%} of the tiles to compute.", named)
-
         return Prepared(ProbeCall.of(probes.probe_causal_work, {"fn": self.object},
                                      {"q": tensors["q"], "k": tensors["k"], "v": tensors["v"],
-                                      "call_kwargs": options, "backward": self.backward}), judge_work)
+                                      "call_kwargs": options, "backward": self.backward}),
+                        WorkJudge(call, case, share, candidates))
 
 
 def exact_gradients(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, torch.Tensor]:
@@ -321,37 +188,8 @@ class FlashFunctionCheck:
         kept_allowed = 4 * sum(t.numel() for t in (tensors["q"], tensors["k"], tensors["v"])) \
             + 4 * (case.batch * case.heads * case.seq_q * (case.dim_v + 1))
 
-        def judge_function(record, value, values) -> Verdict:
-            got = tuple(record["output"].shape)
-            if got != expected_shape:
-                return Verdict("failed", f"{call} returned shape {got}; expected {expected_shape}.")
-            if self.judges == "gradients":
-                verdict = _judged(call, record, expected, candidates, values)
-                if verdict.passed:
-                    verdict.message = "Correct: the gradients of q, k and v match exact attention's."
-                return verdict
-            return kept_problem(record, case, call, kept_allowed) or \
-                memory_problem(record, "backward", case, f"the backward of {call}", "backward_full_matrix") or \
-                Verdict("passed", "Correct: the forward keeps only q, k, v, the output and the log-sum-exp, and the "
-                                  "backward works tile by tile.")
-
         arguments = {"q": tensors["q"], "k": tensors["k"], "v": tensors["v"],
                      "arguments": [case.causal, case.block_q, case.block_k], "grad_output": tensors["grad_output"]}
+        judge_function = FunctionJudge(call, case, expected_shape, self.judges == "gradients", expected, candidates,
+                                       kept_allowed)
         return Prepared(ProbeCall.of(probes.probe_autograd_function, {"cls": self.object}, arguments), judge_function)
-
-
-def kept_problem(record: dict, case: TileCase, call: str, allowed: int) -> Verdict | None:
-    """The failure of a forward that saved or kept alive more than q, k, v, the output and the
-    log-sum-exp take (``allowed`` bytes); None when it did not."""
-    saved = [tuple(record[f"forward.saved.{i}"].tolist()) for i in range(len(record))
-             if f"forward.saved.{i}" in record]
-    on_ctx = [tuple(t.tolist()) for key, t in record.items() if key.startswith("ctx.")]
-    kept = int(record["forward.live"])
-    if kept <= allowed and all(probes._numel(shape) < full_matrix(case) for shape in saved + on_ctx):
-        return None
-    names = sorted({key.split(".")[1] for key in record if key.startswith("ctx.")})
-    where = f", and left {len(on_ctx)} tensor(s) on ctx ({', '.join('ctx.' + n for n in names)})" if names else ""
-    shapes = ", ".join(str(s) for s in saved) or "nothing"
-    return Verdict("failed", f"{call}: after the forward, {kept} bytes of tensors it made were still alive, more than q, "
-                             f"k, v, the output and the log-sum-exp take ({allowed}). It saved {shapes} for the "
-                             f"backward{where}.", catalog.BY_NAME["saves_more_than_needed"])
