@@ -11,7 +11,7 @@ PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
 # tests wait on sandboxes and kernels, so two keep both cores busy. `make test PYTEST_ARGS=...` to change.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: test demo env system-packages browser-packages hub-packages release clean
+.PHONY: test demo env system-packages browser-packages hub-packages release student-kit clean
 
 test: $(STAMP) system-packages browser-packages hub-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -83,6 +83,13 @@ release: $(STAMP)
 	for assignment in $$(ls source); do \
 	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/nbgrader generate_assignment $$assignment --force || exit 1; \
 	done
+
+# What students receive (release and lecture notebooks, the student package as a wheel), built new
+# into KIT; `make student-kit KIT=path` to choose where.
+KIT ?= student-kit
+student-kit: $(STAMP)
+	rm -rf $(KIT)
+	$(BIN)/autograder student-kit $(KIT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -12,6 +12,7 @@
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
     autograder serve                                                students' checks before the deadline (Hub service)
+    autograder student-kit OUT_DIR                                  what students receive: notebooks and package, no answers
 
 Run ``grade``, ``merge``, ``feedback``, ``report`` and ``similarity`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.
@@ -225,6 +226,17 @@ def serve_command(args) -> int:
     return 0
 
 
+def student_kit_command(args) -> int:
+    from autograder import student_kit
+
+    wheel = student_kit.build(Path(args.out_dir))
+    out = Path(args.out_dir).resolve()
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"student kit: {out} ({size / 2**20:.1f} MiB; the package {wheel.name}, {wheel.stat().st_size / 2**20:.1f} "
+          "MiB). It holds no solution, model answer, hidden check or reference: publish this folder.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand (the container and the Kubernetes Jobs use it too)."""
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.split("\n\n")[0])
@@ -299,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--part", choices=("grade", "merge"), default="grade",
                    help="the Job that grades the shards, or the one that merges them once they are complete")
     p.set_defaults(run=k8s_command)
+
+    p = sub.add_parser("student-kit", help="build what students receive (release and lecture notebooks, the student "
+                                           "package) into a new folder, and check that it holds no answer")
+    p.add_argument("out_dir", help="the kit's folder: new, or empty")
+    p.set_defaults(run=student_kit_command)
 
     p = sub.add_parser("serve", help="the JupyterHub service that grades students' checks before the deadline")
     course_options(p, sandboxed=False)

@@ -13,8 +13,9 @@ ACROSS_MACHINES = {"rtol": 1e-6, "atol": 5e-7}
 
 
 def assert_same(got: torch.Tensor, expected: torch.Tensor, name: str = "") -> None:
-    """Exactly equal for integer and boolean tensors; within ``ACROSS_MACHINES`` for floats."""
+    """Exactly equal for integer and boolean tensors; within ``ACROSS_MACHINES`` for floats (NaN where
+    NaN is expected: a mistake that gives NaN is stored as NaN)."""
     if got.is_floating_point() or expected.is_floating_point():
-        torch.testing.assert_close(got, expected, **ACROSS_MACHINES, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got, expected, **ACROSS_MACHINES, equal_nan=True, msg=lambda m: f"{name}: {m}")
     else:
         assert torch.equal(got, expected), name

@@ -23,12 +23,15 @@ ANSWER = '''def attention(q, k, v):
     ### END SOLUTION
 '''
 
-VISIBLE_CHECK = '''from transformer_lm import checks
+VISIBLE_CHECK = '''import torch.nn.functional as F
+from transformer_lm import checks
 
 generator = torch.Generator().manual_seed(0)
-inputs = {name: torch.randn(2, 4, 3, generator=generator) for name in "qkv"}
+q, k, v = (torch.randn(2, 4, 3, generator=generator) for _ in range(3))   # (batch, seq, d) each
 with checks.forbidding(attention, checks.LIBRARY_ATTENTION):
-    checks.check_attention_function(attention, inputs, grad_output=torch.randn(2, 4, 3, generator=generator))
+    got = checks.call_student("attention", attention, q, k, v)
+checks.check_close(got, F.scaled_dot_product_attention(q, k, v))
+print("attention: Correct, the output matches F.scaled_dot_product_attention.")
 '''
 
 HIDDEN_CHECKS = '''"""Hidden checks of the minimal assignment: other sizes than the notebook's."""

@@ -4,12 +4,15 @@ import nbformat
 import pytest
 import torch
 import torch.nn as nn
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 import notebook_tools as tools
 from float_tolerance import assert_same
-from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference
+from live_checks import check_here
+from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference, visible_checks
 from transformer_lm.cases import AttentionCase, make_case_tensors
+from transformer_lm.kinds import AttentionCheck, sampling_check
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
 REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)
@@ -47,14 +50,15 @@ def test_no_flaws_is_exactly_the_reference():
 
 
 def test_correct_answer_passes():
-    verdict = checks.check_attention_module(with_flaws(catalog.Flaws()), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
+    verdict = check_here(AttentionCheck("Flawed", adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING),
+                         {"Flawed": with_flaws(catalog.Flaws())})
     assert verdict.passed
 
 
 @pytest.mark.parametrize("mistake", [m for m in catalog.ATTENTION if m.name != "dropout_in_eval"], ids=lambda m: m.name)
 def test_every_mistake_is_caught_and_named(mistake):
     with pytest.raises(checks.CheckFailed) as failure:
-        checks.check_attention_module(with_flaws(mistake.flaws), adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING)
+        check_here(AttentionCheck("Flawed", adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING), {"Flawed": with_flaws(mistake.flaws)})
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -66,7 +70,7 @@ def test_dropout_left_on_in_eval_is_caught_and_named():
 
     case = AttentionCase(batch=2, seq=4, d_in=6, d_out=6, num_heads=3, out_proj=True, dropout=0.5)
     with pytest.raises(checks.CheckFailed) as failure:
-        checks.check_attention_module(LeakyDropout, adapters.MULTI_HEAD_SELF_ATTENTION, case)
+        check_here(AttentionCheck("LeakyDropout", adapters.MULTI_HEAD_SELF_ATTENTION, case), {"LeakyDropout": LeakyDropout})
     assert catalog.BY_NAME["dropout_in_eval"].title in str(failure.value)
 
 
@@ -87,7 +91,8 @@ def test_unfinished_answer_reports_todo():
             raise NotImplementedError()
 
     with pytest.raises(checks.CheckFailed, match="TODO: Todo is not written yet"):
-        checks.check_attention_module(Todo, adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4))
+        check_here(AttentionCheck("Todo", adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4)),
+                   {"Todo": Todo})
 
 
 def test_wrong_parameter_names_are_reported_by_name():
@@ -97,27 +102,34 @@ def test_wrong_parameter_names_are_reported_by_name():
             self.query = nn.Linear(input_size, hidden)
 
     with pytest.raises(checks.CheckFailed, match="has no parameter .*q.weight.* It has: query.weight"):
-        checks.check_attention_module(Renamed, adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4))
+        check_here(AttentionCheck("Renamed", adapters.SELF_ATTENTION, AttentionCase(batch=1, seq=2, d_in=3, d_out=4)),
+                   {"Renamed": Renamed})
 
 
 def test_seed_000_fingerprint_from_the_reference_and_its_diagnostics():
-    attention = reference.MultiHeadSelfAttention(checks.SEED_000_CONFIG)
+    attention = reference.MultiHeadSelfAttention(visible_checks.SEED_000_CONFIG)
     assert checks.mingpt_fingerprint(attention) == [161, 13, 294, 0, 37187, 432]
-    assert checks.flawed_fingerprint(catalog.Flaws()) == [161, 13, 294, 0, 37187, 432]
-    assert checks.flawed_fingerprint(catalog.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
+    assert visible_checks.flawed_fingerprint(catalog.Flaws()) == [161, 13, 294, 0, 37187, 432]
+    assert visible_checks.flawed_fingerprint(catalog.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
     assert checks.diagnose_fingerprint([161, 13, 294, 0, 37187, 432]).passed
     assert checks.diagnose_fingerprint([1, 0, 2, 0, 38787, 432]).mistake.name == "no_scaling"
-    fill_zero = checks.flawed_fingerprint(catalog.BY_NAME["mask_filled_with_zero"].flaws)
+    fill_zero = visible_checks.flawed_fingerprint(catalog.BY_NAME["mask_filled_with_zero"].flaws)
     assert fill_zero[-1] == 432  # seed 000: a wrong mask fill keeps 432 last
     assert checks.diagnose_fingerprint(fill_zero).mistake.name == "mask_filled_with_zero"
 
 
-def test_stored_test_values_are_what_the_script_makes():
-    stored = load_file(str(make_test_values.PATH))
-    made = make_test_values.make()
-    assert stored.keys() == made.keys()
-    for name in made:
-        assert_same(stored[name], made[name], name)
+def test_stored_values_are_what_the_script_makes(tmp_path):
+    """Both files, made again here, hold the same values at the stated tolerance, and the same
+    checks; together they stay under the size the course allows."""
+    make_test_values.write(tmp_path / "test_values.safetensors", tmp_path / "visible_checks.safetensors")
+    for kept, made in ((make_test_values.PATH, tmp_path / "test_values.safetensors"),
+                       (checks.STORED, tmp_path / "visible_checks.safetensors")):
+        kept_tensors, made_tensors = load_file(str(kept)), load_file(str(made))
+        assert kept_tensors.keys() == made_tensors.keys(), kept
+        for name in made_tensors:
+            assert_same(kept_tensors[name], made_tensors[name], name)
+        assert safe_open(str(kept), "pt").metadata() == safe_open(str(made), "pt").metadata(), kept
+    assert make_test_values.PATH.stat().st_size + checks.STORED.stat().st_size <= make_test_values.LIMIT
 
 
 def test_test_values_have_seed_003_names_and_shapes():
@@ -149,7 +161,8 @@ def test_every_sampling_mistake_is_caught_and_named(mistake):
 
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [-0.5, 1.5, 0.0, 1.0, -2.0]])
     with pytest.raises(checks.CheckFailed) as failure:
-        checks.check_sampling(sample_next_token, logits, temperature=0.5, top_k=3)
+        checks.run("sample_next_token", sampling_check("sample_next_token", logits, 0.5, 3, 4000),
+                   {"sample_next_token": sample_next_token})
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -164,7 +177,8 @@ def test_a_right_sampler_written_another_way_passes():
 
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [-0.5, 1.5, 0.0, 1.0, -2.0]])
     for temperature, top_k in ((1.0, None), (0.5, 3), (2.0, 2)):
-        assert checks.check_sampling(sample_next_token, logits, temperature, top_k).passed
+        assert checks.run("sample_next_token", sampling_check("sample_next_token", logits, temperature, top_k, 4000),
+                          {"sample_next_token": sample_next_token}).passed
 
 
 def test_in_a_kernel_a_failed_check_is_one_message_and_forbidden_calls_are_found_as_the_grader_finds_them():

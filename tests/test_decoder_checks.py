@@ -5,6 +5,7 @@ and sliding windows is caught and named by the visible check that concerns it.""
 import pytest
 import torch
 
+from live_checks import visible
 from transformer_lm import catalog, checks, mistakes, reference
 from transformer_lm.judging import CheckFailed
 
@@ -44,9 +45,9 @@ def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch
 
 def test_the_course_code_passes_every_visible_check():
     assert checks.check_rope(apply_rope).passed
-    assert checks.check_grouped_query_attention(GroupedQueryAttention).passed
-    assert checks.check_sliding_window_mask(sliding_window_mask).passed
-    assert checks.check_kv_cache_bytes(kv_cache_bytes).passed
+    assert visible("grouped_query_attention", "GroupedQueryAttention")(GroupedQueryAttention).passed
+    assert visible("sliding_window_mask", "sliding_window_mask")(sliding_window_mask).passed
+    assert visible("kv_cache_bytes", "kv_cache_bytes")(kv_cache_bytes).passed
 
 
 @pytest.mark.parametrize("mistake", catalog.decoder_mistakes("rope"), ids=lambda m: m.name)
@@ -63,7 +64,7 @@ def test_every_rope_mistake_is_caught_and_named(mistake):
                          ids=lambda m: m.name)
 def test_every_mistake_of_the_attention_layer_is_caught_and_named(mistake):
     with pytest.raises(CheckFailed) as failure:
-        checks.check_grouped_query_attention(with_flaws(mistake.flaws))
+        visible("grouped_query_attention", "GroupedQueryAttention")(with_flaws(mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -73,7 +74,7 @@ def test_a_window_off_by_one_either_way_is_named(step):
         return reference.sliding_window_mask(query_len, key_len, window=window + step)
 
     with pytest.raises(CheckFailed, match="the sliding window off by one"):
-        checks.check_sliding_window_mask(sliding_window_mask)
+        visible("sliding_window_mask", "sliding_window_mask")(sliding_window_mask)
 
 
 def test_a_cache_size_without_the_values_is_told_to_count_them():
@@ -81,7 +82,7 @@ def test_a_cache_size_without_the_values_is_told_to_count_them():
         return n_layers * n_kv_heads * head_dim * seq_len * batch * torch.empty((), dtype=dtype).element_size()
 
     with pytest.raises(CheckFailed, match="Count the keys and the values"):
-        checks.check_kv_cache_bytes(kv_cache_bytes)
+        visible("kv_cache_bytes", "kv_cache_bytes")(kv_cache_bytes)
 
 
 def padded_positions(attention_mask):
@@ -97,8 +98,8 @@ def generate_padded(model, prompts, max_new_tokens, pad_id=0):
 
 
 def test_the_course_code_pads_and_generates_as_the_visible_checks_require():
-    assert checks.check_padding(padded_positions, padded_attention_mask).passed
-    assert checks.check_padded_generation(generate_padded, GroupedQueryAttention).passed
+    assert checks.check("padding", padded_positions, padded_attention_mask).passed
+    assert checks.check("padded_generation", generate_padded, GroupedQueryAttention).passed
 
 
 @pytest.mark.parametrize("mistake", catalog.decoder_mistakes("padding"), ids=lambda m: m.name)
@@ -110,7 +111,7 @@ def test_every_padding_mistake_is_caught_and_named(mistake):
         return mistakes.flawed_padding(attention_mask, query_len, mistake.flaws)[1]
 
     with pytest.raises(CheckFailed) as failure:
-        checks.check_padding(padded_positions, padded_attention_mask)
+        checks.check("padding", padded_positions, padded_attention_mask)
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -123,7 +124,7 @@ def test_generation_that_attends_to_pads_or_restarts_positions_after_the_cache_i
                                          inputs=mistakes.flawed_padded_inputs(mistake.flaws))
 
     with pytest.raises(CheckFailed) as failure:
-        checks.check_padded_generation(generate_padded, GroupedQueryAttention)
+        checks.check("padded_generation", generate_padded, GroupedQueryAttention)
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -143,5 +144,5 @@ def test_under_rope_positions_counted_from_the_padding_change_no_token():
 def test_a_layer_that_gives_nan_for_a_query_with_no_key_is_caught_and_named():
     mistake = catalog.BY_NAME["empty_rows_nan"]
     with pytest.raises(CheckFailed) as failure:
-        checks.check_grouped_query_attention(with_flaws(mistake.flaws))
+        visible("grouped_query_attention", "GroupedQueryAttention")(with_flaws(mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)

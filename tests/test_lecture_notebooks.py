@@ -1,7 +1,7 @@
 """The ungraded lecture notebooks in notebooks/: committed without outputs, and each one runs
 top to bottom in a real kernel and draws every figure it shows. The notebooks check their own
-step-by-step computations against transformer_lm.reference with assertions, so a cell that
-disagrees with the reference fails here too. The GPT notebook must also reach the accuracy it
+step-by-step computations with assertions (against PyTorch's own functions, never the course's
+reference, which students do not receive), so a cell that disagrees fails here too. The GPT notebook must also reach the accuracy it
 states and show the attention pattern its text describes."""
 
 import re

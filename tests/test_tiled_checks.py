@@ -5,6 +5,7 @@ and the course's own tiled attention passes every one (transformer_lm/tiled_kind
 import pytest
 import torch
 
+from live_checks import visible
 from transformer_lm import catalog, checks, mistakes, reference
 from transformer_lm.judging import CheckFailed
 
@@ -65,12 +66,12 @@ def test_the_course_code_passes_every_visible_check():
     def online_softmax(scores, block):
         return reference.online_softmax(scores, block)
 
-    assert checks.check_merge_stats(merge_stats).passed and checks.check_online_softmax(online_softmax).passed
+    assert visible("merge_stats", "merge_stats")(merge_stats).passed and visible("online_softmax", "online_softmax")(online_softmax).passed
     flash_forward = flawed_forward(NONE)
-    for check in (checks.check_flash_forward, checks.check_flash_memory, checks.check_causal_skipping):
+    for check in (visible("flash_forward", "flash_forward"), visible("flash_memory", "flash_forward"), visible("causal_skipping", "flash_forward")):
         assert check(flash_forward).passed
-    assert checks.check_flash_backward(reference.FlashAttention).passed
-    assert checks.check_backward_memory(reference.FlashAttention).passed
+    assert visible("flash_backward", "FlashAttention")(reference.FlashAttention).passed
+    assert visible("backward_memory", "FlashAttention")(reference.FlashAttention).passed
 
 
 def check_that_concerns(mistake):
@@ -80,18 +81,18 @@ def check_that_concerns(mistake):
         def merge_stats(max_a, sum_a, max_b, sum_b):
             return mistakes.flawed_merge_stats(reference.SoftmaxStats(max_a, sum_a), reference.SoftmaxStats(max_b, sum_b),
                                                flaws)
-        return checks.check_merge_stats, merge_stats
+        return visible("merge_stats", "merge_stats"), merge_stats
     if shows & {"online"} and not shows & {"forward"}:
-        return checks.check_online_softmax, lambda scores, block: mistakes.flawed_online_softmax(scores, block, flaws)
+        return visible("online_softmax", "online_softmax"), lambda scores, block: mistakes.flawed_online_softmax(scores, block, flaws)
     if shows & {"forward", "causal"}:
-        return checks.check_flash_forward, flawed_forward(flaws)
+        return visible("flash_forward", "flash_forward"), flawed_forward(flaws)
     if shows & {"work"}:
-        return checks.check_causal_skipping, flawed_forward(flaws)
+        return visible("causal_skipping", "flash_forward"), flawed_forward(flaws)
     if shows & {"memory"}:
-        return checks.check_flash_memory, flawed_forward(flaws)
+        return visible("flash_memory", "flash_forward"), flawed_forward(flaws)
     if shows & {"backward"}:
-        return checks.check_flash_backward, flawed_function(flaws)
-    return checks.check_backward_memory, flawed_function(flaws)
+        return visible("flash_backward", "FlashAttention"), flawed_function(flaws)
+    return visible("backward_memory", "FlashAttention"), flawed_function(flaws)
 
 
 @pytest.mark.parametrize("mistake", catalog.TILING, ids=lambda m: m.name)
@@ -105,7 +106,7 @@ def test_every_mistake_of_tiled_attention_is_caught_and_named(mistake):
 @pytest.mark.parametrize("mistake", [m for m in catalog.TILING if m.shows_with & {"online"}], ids=lambda m: m.name)
 def test_the_online_softmax_mistakes_are_named_by_its_check_too(mistake):
     with pytest.raises(CheckFailed) as failure:
-        checks.check_online_softmax(lambda scores, block: mistakes.flawed_online_softmax(scores, block, mistake.flaws))
+        visible("online_softmax", "online_softmax")(lambda scores, block: mistakes.flawed_online_softmax(scores, block, mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)
 
 
@@ -114,4 +115,4 @@ def test_a_forward_that_never_exponentiates_cannot_have_its_work_counted():
         return q * 0, q[..., 0] * 0   # no torch.exp anywhere
 
     with pytest.raises(CheckFailed, match="no exponentials"):
-        checks.check_causal_skipping(flash_forward)
+        visible("causal_skipping", "flash_forward")(flash_forward)

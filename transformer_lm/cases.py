@@ -113,12 +113,3 @@ class BlockCase:
     def config(self) -> reference.GPTConfig:
         return reference.GPTConfig(n_embd=self.model_dim, n_head=self.num_heads, block_size=self.seq,
                                    ff_dim=self.ff_dim, activation=self.activation, norm_first=self.norm_first)
-
-
-def randomize(module: torch.nn.Module, generator: torch.Generator, scale: float = 0.3) -> torch.nn.Module:
-    """Draws every parameter of ``module`` from ``generator``, so tests see weights that no
-    initialisation scheme would give (LayerNorm's weights included)."""
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
-    return module

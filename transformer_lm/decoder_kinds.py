@@ -16,7 +16,7 @@ import torch
 
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
-from transformer_lm.cases import randomize
+from transformer_lm.random_weights import randomize
 from transformer_lm.decoder_judges import BytesJudge, MaskJudge, PaddedTokensJudge, PaddingJudge
 from transformer_lm.judging import RecordJudge
 from transformer_lm.kinds import function_check, module_case

@@ -23,8 +23,8 @@ import torch
 
 from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
-from transformer_lm.cases import (AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors,
-                                  randomize)
+from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors
+from transformer_lm.random_weights import randomize
 from transformer_lm.gpt_judges import DrawsJudge, LossJudge, TokensJudge, frequency_misfit
 from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict
 from transformer_lm.prepared import Prepared, ProbeCall

@@ -1,8 +1,15 @@
-"""Makes the public test values of assignment 02 from a fixed seed.
+"""Makes the values that the visible checks judge against, from fixed seeds, with the reference.
 
-Run ``python -m transformer_lm.make_test_values`` to rewrite
-``transformer_lm/sandboxed/data/test_values.safetensors``; a test runs it again and compares, so the
-stored file is always what this script makes. Never edit the file by hand.
+Run ``python -m transformer_lm.make_test_values`` (the instructor, on the trusted side) to rewrite
+
+* ``transformer_lm/sandboxed/data/test_values.safetensors``: assignment 02's public test values,
+  as the UMass Lowell homework names them;
+* ``transformer_lm/data/visible_checks.safetensors``: every visible check of the six notebooks
+  (:mod:`transformer_lm.visible_checks`): its inputs, what the reference gives and what each
+  catalogued mistake gives on them, which :mod:`transformer_lm.checks` judges against.
+
+A test runs it again and compares at a tolerance, so the stored files are always what this script
+makes. Never edit them by hand.
 """
 
 from __future__ import annotations
@@ -13,16 +20,19 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from transformer_lm import reference
+from transformer_lm import checks, reference, stored, visible_checks
 
 SEED = 2024
 INPUT_SIZE, HIDDEN, NUM_HEADS = 7, 9, 3
 X_SHAPE = (3, 5, INPUT_SIZE)
 PATH = Path(__file__).parent / "sandboxed" / "data" / "test_values.safetensors"  # read by sandboxed/test_values.py
+MADE_BY = "python -m transformer_lm.make_test_values"
+LIMIT = 5 * 2**20
+"""The most bytes the stored values of all six assignments may take together."""
 
 
 def make() -> dict[str, torch.Tensor]:
-    """All values, by ``<Group>.<name>``, as the UMass Lowell homework names them."""
+    """All public test values, by ``<Group>.<name>``, as the UMass Lowell homework names them."""
     generator = torch.Generator().manual_seed(SEED)
 
     def uniform(*shape, fan_in):
@@ -53,7 +63,17 @@ def make() -> dict[str, torch.Tensor]:
     return {name: t.clone().contiguous() for name, t in values.items()}
 
 
+def write(test_values: Path = PATH, visible: Path = checks.STORED) -> None:
+    """Writes both files; refuses when together they pass :data:`LIMIT`."""
+    test_values.parent.mkdir(parents=True, exist_ok=True)
+    visible.parent.mkdir(parents=True, exist_ok=True)
+    save_file(make(), str(test_values), metadata={"made_by": MADE_BY, "seed": str(SEED)})
+    stored.save(visible_checks.make(), visible, made_by=MADE_BY)
+    size = test_values.stat().st_size + visible.stat().st_size
+    if size > LIMIT:
+        raise SystemExit(f"the stored values take {size} bytes, more than {LIMIT}: make the visible checks smaller")
+    print(f"wrote {test_values} and {visible}: {size / 2**20:.2f} MiB")
+
+
 if __name__ == "__main__":
-    PATH.parent.mkdir(exist_ok=True)
-    save_file(make(), str(PATH), metadata={"made_by": "python -m transformer_lm.make_test_values", "seed": str(SEED)})
-    print(f"wrote {PATH}")
+    write()

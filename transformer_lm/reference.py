@@ -382,14 +382,6 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return torch.multinomial(sampling_probabilities(logits, temperature, top_k), num_samples=1)
 
 
-def gradient_fingerprint(grads: AttentionWeights) -> list[int]:
-    """The minGPT exercise's integer fingerprint of attention gradients: ``int(sum(g**2))`` for the
-    query, key and value weights and biases, in that order; -1 marks a gradient with NaN."""
-    order = (grads.w_query, grads.b_query, grads.w_key, grads.b_key, grads.w_value, grads.b_value)
-    sums = [(g ** 2).sum().item() for g in order]
-    return [-1 if math.isnan(s) else int(s) for s in sums]
-
-
 # --------------------------------------------------------------------------------------
 # Attention that fits in memory: online softmax, tiled forward and backward (FlashAttention)
 # --------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class TinyDecoder(nn.Module):
         x = self.embed(idx)                                             # (B, T, d_model)
         caches = caches or [None] * len(self.blocks)
         new_caches = []
-        for block, cache in zip(self.blocks, caches):
-            x, cache = block(x, positions, attn_mask, cache)
-            new_caches.append(cache)
+        for layer, layer_cache in zip(self.blocks, caches):
+            x, layer_cache = layer(x, positions, attn_mask, layer_cache)
+            new_caches.append(layer_cache)
         return self.head(self.norm(x)), new_caches
