@@ -1,11 +1,19 @@
-"""The course's package, in two parts that differ in where they may run.
+"""The course's package, in three parts that differ in who has them and where they may run.
 
-``transformer_lm/sandboxed/`` (probes, public test values, heat maps) is the only code that runs
-next to student code inside the grading sandbox: it imports torch, safetensors and matplotlib,
-nothing else of this package. Everything at this level (the reference, the catalogue of mistakes,
-the cases and check kinds, the visible checks) runs in the student's own kernel, where it only
-helps, and in the grader's trusted process, where it judges; it is never copied into the sandbox.
-The grader itself lives in the ``autograder`` package, which students are never given.
+``transformer_lm/sandboxed/`` (probes, public test values, heat maps, the decoder scaffold) is the
+only code that runs next to student code inside the grading sandbox: it imports torch,
+safetensors and matplotlib, nothing else of this package.
+
+The student part (the visible checks and their stored values, the judges, the catalogue of
+mistakes in words, the forbidden-call checks, the "Check with the grader" extension) runs in the
+student's kernel, where it only helps, and in the grader's trusted process, where it judges;
+``autograder/student_kit.py`` lists its files, the only ones of this package that students
+receive.
+
+The instructor's part (the reference, what each mistake computes, the cases and kinds of check,
+the table of visible checks and the script that stores them) prepares checks with the reference;
+it stays with the instructor and the grader. The grader itself lives in the ``autograder``
+package, which students are never given.
 
 This file imports nothing: it is copied into the sandbox as it is.
 """
