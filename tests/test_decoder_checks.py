@@ -131,7 +131,7 @@ def test_generation_that_attends_to_pads_or_restarts_positions_after_the_cache_i
 def test_under_rope_positions_counted_from_the_padding_change_no_token():
     """Rotary scores depend on distances only, so shifting all of a prompt's positions by its
     padding leaves generation as it was: the mistake shows in the positions themselves, which
-    check_padding compares (above)."""
+    the stored "padding" checks compare (above)."""
     from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
 
     torch.manual_seed(0)
