@@ -7,10 +7,10 @@ import torch
 from transformer_lm import checks
 
 
-def check_here(kind, objects: dict, seed: int = 0, name: str | None = None) -> checks.Verdict:
+def check_here(kind, objects: dict, seed: int = 0) -> checks.Verdict:
     """Prepares ``kind`` from ``seed`` and runs it on ``objects`` as a notebook's test cell does."""
     prepared = kind.prepare(torch.Generator().manual_seed(seed))
-    return checks.run(name or kind.object, prepared, objects)
+    return checks.run(kind.object, prepared, objects)
 
 
 def visible(group: str, name: str):

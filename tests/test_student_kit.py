@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -32,13 +33,14 @@ import pytest
 import notebook_tools as tools
 from autograder import student_kit
 from autograder.errors import GradingError
+from autograder.preflight import SKIP_TAG
 
 ROOT = tools.REPO_ROOT
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir())
 
 
 def without_demonstrations(nb):
-    nb.cells = [cell for cell in nb.cells if "skip-grading" not in cell.get("metadata", {}).get("tags", [])]
+    nb.cells = [cell for cell in nb.cells if SKIP_TAG not in cell.get("metadata", {}).get("tags", [])]
     return nb
 
 
@@ -60,8 +62,7 @@ def kit_python(kit, tmp_path_factory):
     python = env / "bin" / "python"
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    (tmp := env / "libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    shutil.move(tmp, f"{purelib}/course_libraries.pth")
+    (Path(purelib) / "course_libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     [wheel] = (kit / "wheels").glob("*.whl")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
                     "--no-index", str(wheel)], check=True)

@@ -14,6 +14,7 @@ for the student, or prints what passed.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import torch
@@ -115,7 +116,7 @@ def fingerprint(gradients: list[torch.Tensor]) -> list[int]:
     """The exercise's integer fingerprint of attention gradients: ``int(sum(g**2))`` for each of
     the query, key and value weights and biases (in the order given); -1 marks one with NaN."""
     sums = [(g ** 2).sum().item() for g in gradients]
-    return [-1 if s != s else int(s) for s in sums]
+    return [-1 if math.isnan(s) else int(s) for s in sums]
 
 
 def mingpt_fingerprint(module: torch.nn.Module, x: torch.Tensor | None = None) -> list[int]:
