@@ -32,10 +32,12 @@ import pycodestyle
 import torch
 
 from autograder import course_code, runner, sandbox
+from autograder.faults import log_fault
 from autograder.config import Autograder, load_settings
 from autograder.errors import GradingError
 from autograder.forbidden import found_by_witness, found_in_trace
-from autograder.preflight import Preflight, grade_ids, preflight, read_notebook, source_text
+from autograder.notebook_data import read_notebook
+from autograder.preflight import Preflight, grade_ids, preflight, source_text
 from autograder.spec import STYLE, Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
@@ -594,7 +596,12 @@ def grade_submission(course: Course, assignment: Assignment, student: str,
     for notebook in assignment.release:
         path = find_notebook(folder, notebook, set(assignment.release), result.flags)
         graded |= {path.name} if path else set()
-        items, pres[notebook] = grade_notebook(assignment, notebook, path, worker)
+        try:
+            items, pres[notebook] = grade_notebook(assignment, notebook, path, worker)
+        except Exception as error:  # noqa: BLE001 - the grader's own fault costs this notebook, not the class
+            flag = log_fault(course.reports(assignment.name), student, f"grading {notebook}.ipynb", error)
+            pres[notebook] = Preflight(fatal=flag)
+            items = [judge_item(item, notebook, assignment, pres[notebook], None) for item in assignment.items[notebook]]
         result.items.extend(items)
         result.flags.extend(f"{notebook}: {flag}" for flag in pres[notebook].flags)
         if pres[notebook].fatal:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autograder import feedback, record, sandbox
 from autograder.errors import GradingError
+from autograder.faults import log_fault
 from autograder.grading import (Assignment, Course, SubmissionResult, answer_cells, checks_version, grade_class,
                                 load_results, write_report)
 from autograder.preflight import Preflight
@@ -51,10 +52,14 @@ def grade(course: Course, assignment: Assignment, students: list[str], isolation
     graded = grade_class(course, assignment, students, isolation, progress)
     marked = record.markings(course, assignment.name)
     for result, pres in graded:
+        try:
+            record.write_autograded(course, result, pres, assignment.release)
+            answers = {nb: answer_cells(pre.notebook["cells"]) if pre.notebook else [] for nb, pre in pres.items()}
+            feedback.write_feedback(course, result, answers, marked.get(result.student))
+        except Exception as error:  # noqa: BLE001 - the grader's own fault costs this student's pages, not the class
+            result.flags.append(log_fault(course.reports(assignment.name), result.student,
+                                          "writing the autograded notebook and feedback", error))
         write_report(course, result)
-        record.write_autograded(course, result, pres, assignment.release)
-        answers = {nb: answer_cells(pre.notebook["cells"]) if pre.notebook else [] for nb, pre in pres.items()}
-        feedback.write_feedback(course, result, answers, marked.get(result.student))
     return graded
 
 

@@ -1,6 +1,8 @@
 """Preflight: read a submitted notebook as data and make it safe and complete to run.
 
-Nothing here runs student code. The release notebook (what the student was given) is the
+Nothing here runs student code, and the notebook is read as untrusted data
+(:mod:`autograder.notebook_data`: every field nbformat types is checked, each repair flagged).
+The release notebook (what the student was given) is the
 skeleton: every locked cell (test cells, read-only cells) comes from it, whatever the
 submission did to them; answer cells keep the student's code but get the release's nbgrader
 metadata back; graded cells that are missing are restored as their release stubs; a pasted
@@ -14,12 +16,12 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.forbidden import found_in_text
+from autograder.notebook_data import read_notebook, shown
 from transformer_lm.source_scan import mentioned_names, parse_cell
 
 SKIP_TAG = "skip-grading"
@@ -102,47 +104,27 @@ def _role(meta: dict) -> str:
     return "readonly" if meta.get("locked") else "other"
 
 
-def read_notebook(path: Path) -> tuple[dict | None, str | None]:
-    """The notebook as a dict, or a message saying why it cannot be read and what to do."""
-    again = "Open it in JupyterLab, check that it shows your work, save it and submit it again."
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        return None, f"The notebook could not be read ({error.strerror}). {again}"
-    if not raw.strip():
-        return None, f"The notebook file is empty. {again}"
-    try:
-        data = json.loads(raw.decode("utf-8", "replace"))
-    except json.JSONDecodeError as error:
-        return None, (f"The notebook is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
-                      f"it may have been cut off while saving. {again}")
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        return None, f"The file is JSON but not a notebook (no list of cells). {again}"
-    if data.get("nbformat") != 4:
-        return None, (f"The notebook is in nbformat {data.get('nbformat')!r}; this course reads nbformat 4, "
-                      f"which JupyterLab writes. {again}")
-    for cell in data["cells"]:
-        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str) \
-                or not isinstance(cell.get("source", ""), (str, list)):
-            return None, f"The notebook has a damaged cell. {again}"
-    return data, None
-
-
 def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tuple[list[dict], set[str]]:
     """The student's cells, with locked cells and metadata restored from the release, and the
     grade_ids of the graded cells that were missing (restored as the release has them)."""
     by_id = {_nbgrader(c)["grade_id"]: c for c in release if _nbgrader(c).get("grade_id")}
+    by_cell_id = {c.get("id"): gid for gid, c in by_id.items() if c.get("id")}
+    present = grade_ids(student)
     seen: set[str] = set()
     cells: list[dict] = []
-    for cell in student:
+    for position, cell in enumerate(student):
         cell = copy.deepcopy(cell)
         grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id is None and by_cell_id.get(cell.get("id")) not in (None, *present, *seen):
+            grade_id = by_cell_id[cell["id"]]  # its nbgrader metadata was lost (damaged): its cell id says which
+            flags.append(f"Cell {position + 1} had lost its nbgrader metadata; its cell id shows it is {grade_id!r}.")
+            cell["metadata"]["nbgrader"] = {"grade_id": grade_id}
         if grade_id is None:
             cells.append(cell)
             continue
         if grade_id not in by_id or grade_id in seen:
             reason = "a copy of a graded cell (pasted?)" if grade_id in seen else "an id the assignment does not have"
-            flags.append(f"Cell {grade_id!r} is {reason}; it runs as an ordinary cell and is not graded.")
+            flags.append(f"Cell {shown(grade_id)} is {reason}; it runs as an ordinary cell and is not graded.")
             cell.get("metadata", {}).pop("nbgrader", None)
             cells.append(cell)
             continue
@@ -181,13 +163,12 @@ def _monkeypatches(source: str) -> bool:
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         for target in targets:
-            root = target
+            root, chain = target, []
             while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
                 root = root.value
-            settings = isinstance(target, ast.Attribute) and "backends" in ast.unparse(target).split(".")
-            if isinstance(target, ast.Attribute) and isinstance(root, ast.Name) and root.id in PATCHABLE_ROOTS \
-                    and not settings:
-                return True
+            if chain and isinstance(root, ast.Name) and root.id in PATCHABLE_ROOTS and "backends" not in chain:
+                return True  # torch.backends.* are settings, not library code
     return False
 
 
@@ -203,10 +184,10 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     """Reads and repairs one submitted notebook against its release, for the given items."""
     if path is None:
         return Preflight(fatal="No notebook was submitted for this part of the assignment.")
-    data, fatal = read_notebook(path)
+    result = Preflight()
+    data, fatal = read_notebook(path, result.flags)
     if fatal:
         return Preflight(fatal=fatal)
-    result = Preflight()
     restored, lost = _restore(data["cells"], release_cells, result.flags)
     release_skip = {_nbgrader(c).get("grade_id") for c in release_cells
                     if SKIP_TAG in (c.get("metadata", {}).get("tags") or [])}
@@ -220,7 +201,7 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     for cell in result.cells:
         if cell.cell_type == "code" and cell.role not in ("test", "readonly"):
             for words in tampering(cell.source):
-                where = f"answer {cell.grade_id!r}" if cell.grade_id else f"cell {cell.index + 1}"
+                where = f"answer {shown(cell.grade_id)}" if cell.grade_id else f"cell {cell.index + 1}"
                 result.flags.append(f"Tampering: {where} {words}.")
     for item in items:
         answer = result.answer(item.answer_id)

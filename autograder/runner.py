@@ -29,7 +29,8 @@ import transformer_lm
 from autograder import journal, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
-from autograder.preflight import Cell, Preflight
+from autograder.preflight import Preflight
+from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
 from transformer_lm.sandboxed import probes
 
@@ -301,14 +302,18 @@ def stages_of(late: list[str], course_code: dict[str, dict]) -> list[list[str]]:
     return stages
 
 
-def _plan(cells: list[Cell], prepared: dict[str, Prepared], probe_cells: dict[str, str],
-          stand_ins: dict[str, list[str]], course_code: dict[str, dict]) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The harness's plan for ``cells`` (the notebook's code cells) and the probes' hidden inputs.
+def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
+            stand_ins: dict[str, list[str]] | None = None,
+            course_code: dict[str, dict] | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The harness's plan for the code cells of a preflighted notebook (sent to the sandbox as JSON)
+    and the probes' hidden inputs.
 
     Each answer cell is followed by the probes that check it. A cell that does not run (a test
     cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
     ``stand_ins`` come after the last cell, in ``late``, and in ``stages`` by their course's code.
     """
+    cells = [c for c in pre.cells if c.cell_type == "code"]
+    stand_ins, course_code = stand_ins or {}, course_code or {}
     answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
     late = [pid for pid in prepared if pid in stand_ins]
     plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": [], "late": late,
@@ -367,7 +372,7 @@ class _Attempts:
                  worker: Worker, stand_ins: dict[str, list[str]], course_code: dict[str, dict]):
         self.worker, self.prepared, self.course_code = worker, prepared, course_code
         self.cells = [c for c in pre.cells if c.cell_type == "code"]
-        self.plan, self.tensors = _plan(self.cells, prepared, probe_cells, stand_ins, course_code)
+        self.plan, self.tensors = plan_of(pre, prepared, probe_cells, stand_ins, course_code)
         self.owner = {pid: probe_cells[pid] for pid in prepared}
         self.result = RunResult()
 
@@ -426,7 +431,7 @@ class _Attempts:
         type and the line of the submitted cell it was raised on."""
         if event.get("kind") == "probe":
             return public_text(str(event["error"])[:2000], self.plan["calls"])
-        text = str(event["error"])[:60]
+        text = str(event["error"]) if is_builtin_exception(event["error"]) else "an exception"
         where = event.get("where")
         if isinstance(where, list) and len(where) == 2 and reading.counts.get(where[0]) is not None:
             cell = next((c for c in self.cells if c.index == reading.counts[where[0]]), None)

@@ -2,7 +2,7 @@
 and public code (``autograder similarity``, and a section of ``autograder report``).
 
 Nothing here runs a notebook or needs grades. Submissions are read as data
-(:func:`autograder.preflight.read_notebook`), each code answer cell is fingerprinted once
+(:func:`autograder.notebook_data.read_notebook`), each code answer cell is fingerprinted once
 (:mod:`autograder.fingerprints`), and answers are compared cell by cell, never as whole notebooks,
 with three sources: every classmate's answer to the same cell; the course's reference, that cell's
 solution in ``source/`` (what a student who found the course's repository would copy); and the
@@ -34,7 +34,8 @@ import numpy as np
 from autograder.errors import GradingError
 from autograder.fingerprints import Fingerprint, fingerprint
 from autograder.grading import Course, answer_cells, find_notebook, load_items
-from autograder.preflight import grade_ids, read_notebook
+from autograder.notebook_data import read_notebook
+from autograder.preflight import grade_ids
 
 CLASSMATE, REFERENCE, PUBLIC = "classmate", "course reference", "public code"
 """Where the other answer of a pair comes from."""
@@ -242,13 +243,10 @@ def _submitted_answers(course: Course, assignment: str, student: str, notebooks:
             notes.append(f"{student}: the submission has no {notebook}.ipynb; nothing of it was compared.")
             continue
         data, problem = read_notebook(path)
-        if not problem:
-            try:
-                found[notebook] = dict(answer_cells(data["cells"]))
-                continue
-            except (AttributeError, TypeError):  # metadata that is not a dict, a grade_id that is not a string
-                problem = "Its cells' nbgrader metadata is damaged."
-        notes.append(f"{student}: {path.name} was not compared. {problem}")
+        if problem:
+            notes.append(f"{student}: {path.name} was not compared. {problem}")
+        else:
+            found[notebook] = dict(answer_cells(data["cells"]))
     return found
 
 

@@ -216,6 +216,49 @@ def with_demo_outputs(notebook: dict) -> dict:
     return edit_cells(notebook, edit)
 
 
+LEAK_BY_NAME = '''def softmax_stable(x):
+    raise type("LE" + f"AK{x.shape[-1]}Error", (ValueError,), {})("LE" + f"AK {tuple(x.shape)}")
+'''
+LEAK_BY_PROBE_ERROR = '''from transformer_lm.sandboxed.probes import ProbeError
+
+
+def softmax_stable(x):
+    raise ProbeError("LE" + f"AK {tuple(x.shape)}", "LE" + f"AK {x.sum().item()}")
+'''
+LEAKS = ("leak_exception_name", "leak_probe_error")
+"""Cases whose messages must not hold the text ``LEAK`` that their code makes on a hidden input (the
+code itself spells it in two halves: a message may show a line of the submitted code)."""
+OWN_VALUE_ERROR = "class HeadsError(ValueError):\n    \"\"\"A correct answer's own ValueError.\"\"\"\n\n\n"
+
+MALFORMED = ("bad_metadata_list", "bad_types", "bad_surrogate")
+"""The cases whose notebook breaks nbformat's schema and is repaired (each flagged as such)."""
+
+
+def mistyped(notebook: dict) -> dict:
+    """The notebook with a field of the wrong type wherever nbformat's schema types one: markdown
+    sources with a number among their lines, test cells' nbgrader metadata a string, outputs an
+    object, tags a string, execution counts strings, a cell that is a number, and the notebook's
+    metadata a list."""
+    def edit(cell):
+        if cell["cell_type"] == "markdown":
+            return {**cell, "source": ["# heading\n", 3]}
+        if is_test(cell):
+            return {**cell, "metadata": {**cell["metadata"], "nbgrader": "graded", "tags": "a,b"}}
+        return {**cell, "outputs": {"not": "a list"}, "execution_count": "7"}
+    nb = edit_cells(notebook, edit)
+    nb["cells"].insert(3, 42)
+    nb["metadata"] = []
+    return nb
+
+
+def nested(notebook: dict) -> bytes:
+    """The notebook with a value nested 100,000 levels deep in a cell's metadata (Python's JSON
+    reader raises RecursionError on it)."""
+    nb = json.loads(json.dumps(notebook))
+    nb["cells"][0]["metadata"]["deep"] = "DEEP"
+    return json.dumps(nb).replace('"DEEP"', "[" * 100_000 + "]" * 100_000).encode()
+
+
 def is_test(cell) -> bool:
     meta = cell["metadata"].get("nbgrader", {})
     return bool(meta.get("grade")) and not meta.get("solution")
@@ -319,6 +362,11 @@ def cases(course: Path) -> list[Case]:
         fault("fault_slow_bad", "softmax_stable", SLOW_SOFTMAX.format(seconds=30), {"timeout"}),
         fault("fault_warning", "softmax_stable", WARNING_SOFTMAX, {"passed"}, total=10),
         fault("fault_nan", "softmax_stable", NAN_SOFTMAX, {"failed"}, message="NaN"),
+        # answers that try to carry a hidden input out in an exception's name or message
+        fault("leak_exception_name", "softmax_stable", LEAK_BY_NAME, {"error"}, message="ValueError"),
+        fault("leak_probe_error", "softmax_stable", LEAK_BY_PROBE_ERROR, {"error"}, message="Exception"),
+        Case("own_value_error", demo.with_answer(good, "multihead_attention", lambda s: OWN_VALUE_ERROR + s.replace(
+            "raise ValueError(", "raise HeadsError(")), 10, {"multihead_attention": {"passed"}}),
         # malformed notebooks
         Case("bad_truncated", raw[: len(raw) * 3 // 5], 0, {i: {"error"} for i in ITEMS},
              message={"softmax_stable": "not valid JSON"}),
@@ -330,6 +378,14 @@ def cases(course: Path) -> list[Case]:
         Case("nothing", None, 0, {i: {"missing"} for i in ITEMS}, message={"softmax_stable": "No notebook"}),
         Case("bad_copy", [(NB, blank), (NB.replace(".ipynb", "-Copy1.ipynb"), good)], 0, {i: FAILING for i in ITEMS}),
         Case("demo_outputs", with_demo_outputs(good), 10, {item: {"passed"} for item in ITEMS}),
+        # notebooks that break nbformat's schema: graded as far as they can be, the rest of the class goes on
+        Case("bad_metadata_list", edit_cells(good, lambda c: {**c, "metadata": [1, 2]}
+                                             if c["metadata"].get("nbgrader", {}).get("grade_id") == "softmax_stable"
+                                             else c), 10, {i: {"passed"} for i in ITEMS}),
+        Case("bad_types", mistyped(good), 10, {i: {"passed"} for i in ITEMS}),
+        Case("bad_nested", nested(good), 0, {i: {"error"} for i in ITEMS}, message={"softmax_stable": "nested"}),
+        Case("bad_surrogate", json.dumps(demo.with_answer(good, "softmax_stable", lambda s: s + "# \ud800\n")).encode(),
+             10, {i: {"passed"} for i in ITEMS}),  # a lone surrogate, which no UTF-8 file can hold
     ]
 
 

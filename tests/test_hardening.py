@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from html.parser import HTMLParser
 
+import nbformat
+
 import hostile_class
 import notebook_tools as tools
 from autograder.grading import STATUSES
@@ -60,6 +62,30 @@ def test_extra_and_unreadable_notebooks_are_named_in_the_flags_and_get_a_feedbac
                    for flag in report(root, student)["flags"]), report(root, student)["flags"]
         page = root / "feedback" / student / A / f"{stem}.html"
         assert problem in page.read_text(), student
+
+
+def test_notebooks_that_break_the_schema_are_graded_with_a_flag_that_says_where(graded_class):
+    """Each repaired notebook's report says what was wrong and where (a cell's number), and its
+    autograded notebook is one that nbformat validates."""
+    root, _, _ = graded_class
+    for student in hostile_class.MALFORMED[:2]:
+        flags = report(root, student)["flags"]
+        assert any("breaks nbformat's schema" in flag and "cell " in flag for flag in flags), (student, flags)
+        nbformat.validate(nbformat.read(root / "autograded" / student / A / hostile_class.NB, as_version=4))
+    assert any("lost its nbgrader metadata; its cell id shows it is 'softmax_stable'" in flag
+               for flag in report(root, "bad_metadata_list")["flags"])
+
+
+def test_no_message_carries_text_that_the_students_code_made_on_a_hidden_input(graded_class):
+    """An exception named after the hidden input's shape is reported as the built-in type it
+    derives from; a ProbeError raised by the student's own code as an exception, not as the
+    probe's words. Neither the report nor the feedback page holds the text the code made."""
+    root, _, _ = graded_class
+    stem = hostile_class.NB.removesuffix(".ipynb")
+    for student in hostile_class.LEAKS:
+        got = report(root, student)
+        assert "LEAK" not in json.dumps(got), [i["message"] for i in got["items"] if "LEAK" in i["message"]]
+        assert "LEAK" not in (root / "feedback" / student / A / f"{stem}.html").read_text()
 
 
 def test_the_autograded_notebook_keeps_the_demonstrations_figures_and_text_and_nothing_active(graded_class):

@@ -10,6 +10,8 @@ student's kernel and the grader's trusted process judge with these same function
 
 from __future__ import annotations
 
+import builtins
+
 import math
 import sys
 import traceback
@@ -201,6 +203,13 @@ class ParametersJudge:
         return judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
 
 
+def is_builtin_exception(name) -> bool:
+    """Whether ``name`` is one of Python's own exception types: the only exception name a message
+    about a hidden run may carry (a student's class can be given any name, a hidden input included)."""
+    found = getattr(builtins, name, None) if isinstance(name, str) else None
+    return isinstance(found, type) and issubclass(found, BaseException)
+
+
 @dataclass
 class RaisesJudge:
     """Judges that building ``object`` with ``init`` raised ``exception`` (the probe returns the
@@ -214,6 +223,7 @@ class RaisesJudge:
         arguments = ", ".join(f"{k}={v!r}" for k, v in self.init.items())
         if raised == self.exception:
             return Verdict("passed", f"{self.object}({arguments}) raises {self.exception}.")
-        got = f"raised {raised}" if raised else "raised nothing"
+        got = "raised nothing" if not raised else f"raised {raised}" if is_builtin_exception(raised) else \
+            "raised an exception"
         return Verdict("failed", f"{self.object}({arguments}) {got}; expected a clear {self.exception} "
                                  f"that names the numbers that do not fit.")

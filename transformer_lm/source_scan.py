@@ -15,14 +15,14 @@ _PARSING = threading.Lock()  # see parse_cell
 
 def parse_cell(source: str) -> ast.Module | None:
     """A notebook cell's code as a syntax tree, with IPython magics and shell escapes left out;
-    None when it is not valid Python. One thread at a time: CPython 3.11 can fail with
+    None when it is not valid Python or too deeply nested for Python to parse. One thread at a time: CPython 3.11 can fail with
     "AST constructor recursion depth mismatch" when threads build syntax trees at once, and the
     grader grades submissions in threads."""
     python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
     with _PARSING:
         try:
             return ast.parse(python)
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
 
 

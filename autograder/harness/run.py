@@ -19,7 +19,6 @@ probes' items build on (:class:`CourseCode`), and nothing else of the course: an
 on a wrong earlier answer is judged by such a run, so that one mistake costs points once.
 """
 
-import builtins
 import contextlib
 import json
 import os
@@ -42,21 +41,29 @@ MAX_MESSAGE = 2000
 MAX_VALUE = 20000
 
 
+TRUSTED_FILES = tuple(os.path.dirname(path) + os.sep for path in (probes.__file__, __file__, torch.__file__,
+                                                                    contextlib.__file__))
+"""Where the code of a genuine probe failure lies: the probes, this harness, torch and Python's own
+library (files on disk; student code has a cell's or a made-up file name)."""
+
+
 def describe(error: BaseException) -> dict:
     """What a student may learn of an exception raised in a run, as event fields: ``error``, the
-    exception's type when it is Python's own (otherwise "an exception"), or a probe's own message;
+    nearest of Python's own exception types it is an instance of, or a probe's own message;
     and ``where``, the execution count of the notebook cell it was raised in and the line. Never a
     message, class name or line text that the student's code could have made at run time: any of
-    them could carry a hidden input out (the trusted side shows the line from the submitted cell)."""
-    if isinstance(error, probes.ProbeError):
-        return {"error": str(error)[:MAX_MESSAGE], "kind": "probe"}
-    name = type(error).__name__
+    them could carry a hidden input out (the trusted side shows the line from the submitted cell).
+    A probe's message counts as the probe's only when no student code is on its traceback: student
+    code can import ProbeError and raise it with any text."""
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(error.__traceback__)]
+    if isinstance(error, probes.ProbeError) and all(name.startswith(TRUSTED_FILES) for name in frames):
+        return {"error": str(error.args[0])[:MAX_MESSAGE], "kind": "probe"}
     where = None
     for frame, line in traceback.walk_tb(error.__traceback__):
         match = guard.CELL_FILE.match(frame.f_code.co_filename)
         if match:
             where = [int(match.group(1)), line]
-    return {"error": name if getattr(builtins, name, None) is type(error) else "an exception", "where": where}
+    return {"error": probes.builtin_exception(error), "where": where}
 
 
 class CourseCode:

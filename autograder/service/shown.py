@@ -11,10 +11,10 @@ call. Any other message becomes a sentence that says what kind of problem it was
 
 from __future__ import annotations
 
-import builtins
 import re
 
 from autograder.grading import NOT_WRITTEN
+from transformer_lm.judging import is_builtin_exception
 
 COURSE_CODE = re.compile(r"^(With the course's .+? in place of yours: )(.*)$", re.S)
 EXCEPTION = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception))\b")
@@ -32,17 +32,10 @@ def public_message(status: str, message: str) -> str:
     if rest.startswith(NOT_WRITTEN):
         return message
     if status == "error":
-        exception = next((name for name in EXCEPTION.findall(rest) if _builtin_exception(name)), None)
+        exception = next((name for name in EXCEPTION.findall(rest) if is_builtin_exception(name)), None)
         return prefix + (f"Your code raised {exception} on a hidden check." if exception else
                          "Your code failed on a hidden check.") + " Run the visible checks to see it happen."
     return prefix + "A hidden check found results that differ from the reference's."
-
-
-def _builtin_exception(name: str) -> bool:
-    """Whether ``name`` is one of Python's own exceptions (a student's code may name a class of its
-    own anything, and so carry a hidden input out in its name)."""
-    found = getattr(builtins, name, None)
-    return isinstance(found, type) and issubclass(found, BaseException)
 
 
 def public_item(item: dict, show: str) -> dict:

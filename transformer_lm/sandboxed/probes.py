@@ -17,6 +17,7 @@ dropout left on in eval mode) and ``grad.<input or parameter name>``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import gc
 import sys
@@ -35,7 +36,37 @@ TORCH_MODULES = {"MultiheadAttention": torch.nn.MultiheadAttention,
 
 
 class ProbeError(Exception):
-    """The student's object could not be probed; the message says why, for the student."""
+    """The student's object could not be probed; the message says why, for the student. The
+    message never quotes a name the student's code chose (a class's, a function's, a
+    parameter's): code can set any name at run time, and a name could carry a hidden input out of
+    the grader's run. Such names go in ``detail``, which the visible checks show (the student's
+    own kernel) and the grader's run leaves out (it reports ``args[0]``, the message alone)."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} {self.detail}".rstrip()
+
+
+_OWN_TYPES = {**{cls: f"torch.nn.{name}" for name, cls in vars(torch.nn).items() if isinstance(cls, type)},
+              **{cls: f"torch.{name}" for name, cls in vars(torch).items() if isinstance(cls, type)},
+              **{cls: name for name, cls in vars(builtins).items() if isinstance(cls, type)}, type(None): "None"}
+"""Python's and torch's own types, by name, as they were before any student code ran."""
+
+
+def kind_of(value) -> str:
+    """``value``'s type in words that no student code chose: the name of a type of Python's or
+    torch's own, else "an object of a class of your own"."""
+    return _OWN_TYPES.get(type(value), "an object of a class of your own")
+
+
+def builtin_exception(error: BaseException) -> str:
+    """The name of the nearest of Python's own exception types that ``error`` is an instance of
+    (a ``ShapeError(ValueError)`` is a ValueError): never a name the student's code chose."""
+    return next(_OWN_TYPES[cls] for cls in type(error).__mro__
+                if cls in _OWN_TYPES and not _OWN_TYPES[cls].startswith("torch."))
 
 
 def plain(tensor) -> torch.Tensor:
@@ -45,7 +76,7 @@ def plain(tensor) -> torch.Tensor:
     so what is recorded is the data itself, not what an object claims about it.
     """
     if not isinstance(tensor, torch.Tensor):
-        raise ProbeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        raise ProbeError(f"expected a torch.Tensor, got {kind_of(tensor)}")
     with torch._C.DisableTorchFunction():
         return torch.Tensor._make_subclass(torch.Tensor, tensor.detach().cpu().clone().contiguous())
 
@@ -56,10 +87,11 @@ def load_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> 
     missing = sorted(set(state) - set(params))
     if missing:
         have = ", ".join(f"{n} {tuple(p.shape)}" for n, p in params.items()) or "no parameters at all"
-        raise ProbeError(f"{type(module).__name__} has no parameter {', '.join(missing)}. It has: {have}.")
+        raise ProbeError(f"The module has no parameter {', '.join(missing)}; name its parameters as the task says.",
+                         f"It has: {have}.")
     for name, value in state.items():
         if tuple(params[name].shape) != tuple(value.shape):
-            raise ProbeError(f"{type(module).__name__}.{name} has shape {tuple(params[name].shape)}, "
+            raise ProbeError(f"The module's parameter {name} has shape {tuple(params[name].shape)}, "
                              f"expected {tuple(value.shape)}.")
     with torch.no_grad():
         for name, value in state.items():
@@ -104,7 +136,7 @@ def build(cls, init: dict) -> torch.nn.Module:
     init = {k: SimpleNamespace(**v) if k == "config" and isinstance(v, dict) else v for k, v in init.items()}
     module = cls(**init)
     if not isinstance(module, torch.nn.Module):
-        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not an nn.Module")
+        raise ProbeError(f"The class built {kind_of(module)}, not an nn.Module")
     return module
 
 
@@ -142,7 +174,7 @@ def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, 
     theirs.eval()
     module = build(cls, init)
     if not callable(getattr(module, "load_from_torch", None)):
-        raise ProbeError(f"{type(module).__name__} has no method load_from_torch")
+        raise ProbeError("The module has no method load_from_torch")
     with torch.no_grad():
         module.load_from_torch(theirs)
     module.eval()
@@ -241,7 +273,7 @@ def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     module = fn(**kwargs)
     if not isinstance(module, torch.nn.Module):
-        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(module).__name__}, expected an nn.Module")
+        raise ProbeError(f"The function returned {kind_of(module)}, expected an nn.Module")
     module.eval()
     with torch.no_grad():
         record = {"output": plain(_split_result(module(x))[0])}
@@ -260,7 +292,7 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
         result = fn(*arguments, **(call_kwargs or {}))
     values = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(values) != len(parts):
-        raise ProbeError(f"{getattr(fn, '__name__', 'it')} returned {len(values)} value(s); expected "
+        raise ProbeError(f"The function returned {len(values)} value(s); expected "
                          f"{len(parts)}: {', '.join(parts)}")
     return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace")}
 
@@ -297,13 +329,13 @@ def probe_autograd_function(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     the backward is still alive; ``backward.*``) and the shape of every tensor the forward left
     on ``ctx`` as an attribute (``ctx.<name>.<i>``)."""
     if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
-        raise ProbeError(f"{getattr(cls, '__name__', cls)} is not a torch.autograd.Function")
+        raise ProbeError("The object given is not a subclass of torch.autograd.Function")
     torch.manual_seed(0)
     leaves = {name: t.detach().clone().requires_grad_(True) for name, t in (("q", q), ("k", k), ("v", v))}
     with trace_tensors() as forward:
         output = cls.apply(*leaves.values(), *arguments)
     if not isinstance(output, torch.Tensor) or output.grad_fn is None:
-        raise ProbeError(f"{cls.__name__}.apply returned no tensor that autograd can differentiate")
+        raise ProbeError("Its apply returned no tensor that autograd can differentiate")
     record = {"output": plain(output), **forward.record("forward")}
     for name, value in vars(output.grad_fn).items():
         for i, tensor in enumerate(_tensors_in(value)):
@@ -329,7 +361,7 @@ def probe_call(fn, arguments: dict):
         return {"output": plain(result)}
     number = result.item() if isinstance(result, torch.Tensor) else result
     if not isinstance(number, (int, float)) or isinstance(number, bool):
-        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(result).__name__}; expected a number or a tensor")
+        raise ProbeError(f"The function returned {kind_of(result)}; expected a number or a tensor")
     return number
 
 
@@ -353,7 +385,7 @@ def probe_padded_generation(fn, attention, config: dict, state: dict[str, torch.
     with torch.no_grad():
         result = fn(model, [list(p) for p in prompts], max_new_tokens)
     if isinstance(result, torch.Tensor) or not isinstance(result, (list, tuple)):
-        raise ProbeError(f"{getattr(fn, '__name__', fn)} returned {type(result).__name__}; expected a list with one "
+        raise ProbeError(f"The function returned {kind_of(result)}; expected a list with one "
                          "list of token ids per prompt")
     try:
         return [[int(token) for token in row] for row in result]
@@ -373,7 +405,7 @@ def raised_exception(cls, init: dict) -> str | None:
     except ProbeError:
         return None
     except Exception as error:  # noqa: BLE001 - any exception is a result here
-        return type(error).__name__
+        return builtin_exception(error)
     return None
 
 
