@@ -3,8 +3,9 @@
 The Hub runs with configurable-http-proxy from npm (``make hub-packages``), the dummy
 authenticator (any password), the simple local spawner (each user's JupyterLab server a process
 of this machine, at home folders under the test's folder) and the grading service configured by
-the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Five
-students and an admin. A test service ``tester`` holds a token that may create users' tokens.
+the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Six
+students (``mallory`` sends what a hostile student would) and an admin. A test service ``tester``
+holds a token that may create users' tokens.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from autograder import demo
 
 PROXY = tools.REPO_ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 HUB_CONFIG = tools.REPO_ROOT / "docs" / "jupyterhub_config.py"
-STUDENTS, ADMIN = ("alice", "bob", "carol", "dan", "erin"), "teacher"
+STUDENTS, ADMIN = ("alice", "bob", "carol", "dan", "erin", "mallory"), "teacher"
 START_S = 90
 
 

@@ -7,8 +7,8 @@ one (metadata, source, outputs, cell_type, execution_count, id, attachments, nbg
 tags), values anywhere in the tree replaced or deleted, cells that are not objects, lone
 surrogates, huge numbers, deep nesting, and bytes cut off or inserted. Every example goes through
 what grading does before and after the sandbox: preflight, the runner's plan (sent to the sandbox
-as JSON), the style check of each answer, the autograded notebook (written by nbformat) and the
-answers the similarity report compares. The grading of such notebooks in the sandbox itself is in
+as JSON), the style check of each answer and the autograded notebook (written by nbformat); and,
+sent as JSON, as a body or as a form's file, through the grading service's intake. The grading of such notebooks in the sandbox itself is in
 the hostile class (``tests/hostile_class.py``, cases ``bad_*``).
 
 The examples are derandomized, so the run is the same on every machine and in CI.
@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import notebook_tools as tools
 from autograder import grading, notebook_data, record, runner
 from autograder.preflight import preflight
+from autograder.service import intake, store
 
 A, NB = "01_attention_basics", "attention_basics"
 EXAMPLES = 1000
@@ -39,6 +40,11 @@ TYPED = ["metadata", "source", "outputs", "cell_type", "execution_count", "id", 
 TEXT = st.text(st.characters(categories=["L", "N", "P", "S", "Z", "Cc", "Cs"]), max_size=12)
 SCALARS = (st.none() | st.booleans() | st.integers(-2**80, 2**80) | st.floats() | TEXT
            | st.sampled_from(["code", "markdown", "raw", "softmax_stable", "skip-grading", "", "\ud800"]))
+PIECES = [b"{", b"}", b"[", b"]", b'"', b"\\", b"\\ud800", b"\xff", b"\x00", b"1e999", b"9" * 5000, b"null",
+          b'"cells"', b'"nbformat": 4', b'{"nbgrader": {"grade_id": 7}}', b"[" * 100]
+"""Bytes that break JSON, or a notebook's structure, where they land."""
+FILE_NAMES = st.text(max_size=2000) | st.lists(st.sampled_from(["a", "/", "\\", "..", "\x00", "\ud800", "é", "%s"]),
+                                               max_size=300).map("".join)
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
                     max_leaves=8)
 
@@ -93,7 +99,7 @@ def damaged_notebooks(draw) -> bytes:
         raw = raw[:draw(st.integers(0, len(raw)))]
     elif cut == "insert":
         at = draw(st.integers(0, len(raw)))
-        raw = raw[:at] + draw(st.binary(max_size=8)) + raw[at:]
+        raw = raw[:at] + draw(st.binary(max_size=8) | st.sampled_from(PIECES)) + raw[at:]
     return raw
 
 
@@ -148,6 +154,37 @@ def check_one(graded: Graded, folder: Path, raw: bytes) -> None:
 @given(raw=damaged_notebooks())
 def test_no_damaged_notebook_makes_the_grader_raise(course, tmp_path, raw):
     check_one(course, tmp_path, raw)
+
+
+@st.composite
+def posts(draw) -> tuple[str, bytes]:
+    """A POST to the service: a damaged notebook as a JSON string, as the JSON body itself, or as a
+    form's file, under a file name of up to 2000 characters of any kind."""
+    raw, name = draw(damaged_notebooks()), draw(FILE_NAMES | st.just(NB + ".ipynb"))
+    how = draw(st.sampled_from(["json", "body", "form"]))
+    if how == "json":
+        text = raw.decode("utf-8", "replace")
+        return "application/json", json.dumps({"filename": name, "notebook": text}).encode()
+    if how == "body":
+        return "application/json", raw
+    boundary = "fuzzboundary"
+    form = (f'--{boundary}\r\nContent-Disposition: form-data; name="notebook"; filename="{name}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n").encode("utf-8", "surrogatepass") + raw + \
+        f"\r\n--{boundary}--\r\n".encode()
+    return f"multipart/form-data; boundary={boundary}", form
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(post=posts())
+def test_the_services_intake_answers_every_post(course, post):
+    """Whatever is posted, the service's intake answers with 202, 400 or 413 and a bounded message
+    and file name; it never raises (a 500)."""
+    content_type, body = post
+    sent = intake.read_post(course.course, content_type, body, 2**20)
+    assert sent.status in (202, 400, 413)
+    assert len(sent.message) < 1000 and len(sent.filename) <= store.MAX_FILENAME
+    assert sent.taken == bool(sent.assignment)
 
 
 def test_the_fuzzer_reaches_each_kind_of_damage(course, tmp_path):

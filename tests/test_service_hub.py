@@ -29,6 +29,8 @@ import browser_tools
 import hub_tools
 import notebook_tools as tools
 from autograder import sandbox
+from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store
+from autograder.service.web import PER_PAGE
 
 A, NB = "06_modern_attention", "modern_attention.ipynb"
 ARTIFACTS = tools.REPO_ROOT / "artifacts" / "service"
@@ -37,10 +39,11 @@ RELEASE = tools.read(tools.REPO_ROOT / "release" / A / NB)
 ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
 
 
-def settings(**policy) -> str:
+def settings(max_attempts: int = 3, **policy) -> str:
     policy = {"open": True, "per_hour": 100, "in_all": 1000, "show": "hint", **policy}
     return (f"c.CheckService.assignments = {{{A!r}: {policy!r}}}\nc.CheckService.workers = 2\n"
-            f"c.CheckService.max_waiting = 20\nc.CheckService.max_notebook_mb = 1\n")
+            f"c.CheckService.max_waiting = 20\nc.CheckService.max_notebook_mb = 1\n"
+            f"c.CheckService.max_refused_per_hour = 20\nc.CheckService.max_attempts = {max_attempts}\n")
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +61,10 @@ def hub(tmp_path_factory):
         (ARTIFACTS / "jupyterhub.log").write_text(running.log.read_text())
 
 
-def set_policy(hub, **policy) -> None:
+def set_policy(hub, max_attempts: int = 3, **policy) -> None:
     config = hub.course / "nbgrader_config.py"
     text = config.read_text()
-    config.write_text(text[:text.index("c.CheckService.assignments")] + settings(**policy))
+    config.write_text(text[:text.index("c.CheckService.assignments")] + settings(max_attempts, **policy))
 
 
 def answer_of(grade_id: str) -> str:
@@ -93,6 +96,16 @@ def rows(hub) -> list[dict]:
         db.row_factory = sqlite3.Row
         return [dict(r) for r in db.execute("SELECT seq, id, user, state, attempts, worker, submitted, started, "
                                             "finished, message, score FROM requests ORDER BY seq")]
+
+
+def database_used(hub) -> int:
+    """The bytes of the course's SQLite file in use, its write-ahead log written back into it: what
+    the file would grow by were no page free (notebooks dropped earlier leave free pages)."""
+    with sqlite3.connect(hub.course / "check_requests.db") as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (pages,), (free,), (size,) = (db.execute(f"PRAGMA {name}").fetchone()
+                                      for name in ("page_count", "freelist_count", "page_size"))
+    return (pages - free) * size
 
 
 def login(hub, user: str) -> requests.Session:
@@ -151,7 +164,7 @@ def test_a_notebook_too_large_or_not_a_notebook_gets_a_clear_answer(hub):
     too_large = send(hub, token, big)
     assert too_large.status_code == 413 and "checks take notebooks up to 1 MiB" in too_large.json()["message"]
     not_json = send(hub, token, "{ this is not JSON")
-    assert not_json.status_code == 400 and "not a notebook the grader can read" in not_json.json()["message"]
+    assert not_json.status_code == 400 and "grader can read (line 1, column 3" in not_json.json()["message"]
     foreign = send(hub, token, {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, "essay.ipynb")
     assert foreign.status_code == 400 and "not a notebook of this course's assignments" in foreign.json()["message"]
     odd = send(hub, token, {"cells": [{"metadata": None}, {"metadata": {"nbgrader": 3}}, 7], "nbformat": 4}, "odd.ipynb")
@@ -159,12 +172,64 @@ def test_a_notebook_too_large_or_not_a_notebook_gets_a_clear_answer(hub):
     garbled = requests.post(f"{hub.service}api/requests", data=b"\x00\x01", timeout=60,
                             headers={"Authorization": f"token {token}"})
     assert garbled.status_code == 400 and "Send JSON" in garbled.json()["message"]
-    # Renamed, it is still recognised by its graded cells; refused ones were recorded, costing nothing.
+    # Renamed, it is still recognised by its graded cells; refused ones were recorded, costing no check.
     renamed = send(hub, token, SOLUTION, "my copy (2).ipynb")
     assert renamed.status_code == 202 and renamed.json()["assignment"] == A
     recorded = rows(hub)[before:]
-    assert [r["state"] for r in recorded[:4]] == ["refused"] * 4 and len(recorded) == 5
+    assert [r["state"] for r in recorded[:5]] == ["refused"] * 5 and len(recorded) == 6
     assert answered(hub, token, renamed.json()["id"])["score"] == 10
+
+
+def test_bodies_too_large_or_too_deep_get_their_status_and_a_message_through_the_proxy(hub):
+    """Through configurable-http-proxy: never a 500, nor a connection cut that the proxy answers 503."""
+    token, before = hub.token_for("bob"), len(rows(hub))
+    headers = {"Authorization": f"token {token}"}
+    nested = requests.post(f"{hub.service}api/requests", data=b"[" * 200 + b"]" * 200, headers=headers, timeout=60)
+    assert nested.status_code == 400 and "nested more than 64 levels deep" in nested.json()["message"]
+    read = send(hub, token, tools.replace_solution(RELEASE, "apply_rope", "x = 1  # " + "y" * (3 * 2**20 + 2**19)))
+    assert read.status_code == 413 and "The notebook is 3.6 MiB; checks take notebooks up to 1 MiB" in \
+        read.json()["message"]
+    thrown_away = requests.post(f"{hub.service}api/requests", data=b"x" * 12 * 2**20, headers=headers, timeout=60)
+    assert thrown_away.status_code == 413 and "12.0 MiB; checks take notebooks up to 1 MiB" in \
+        thrown_away.json()["message"]
+    assert [(r["user"], r["state"]) for r in rows(hub)[before:]] == [("bob", "refused")] * 3  # in bob's limit
+    # A browser's form too large to read has no XSRF token to read either: a page says why, nothing is stored.
+    session = login(hub, "bob")
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', session.get(hub.service, timeout=60).text).group(1)
+    form = session.post(f"{hub.service}api/requests", files={"notebook": (NB, b"x" * 12 * 2**20)},
+                        data={"_xsrf": xsrf}, timeout=60, allow_redirects=False)
+    assert form.status_code == 413 and "checks take notebooks up to 1 MiB" in form.text and "<html>" in form.text
+    assert len(rows(hub)) == before + 3
+
+
+LEAK_BY_NAME = '''def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch.bfloat16):
+    raise type("LE" + f"AK{n_layers}x{seq_len}Error", (ValueError,), {})("LE" + f"AK {head_dim}")
+'''
+
+
+def test_a_malformed_notebook_is_checked_and_no_hidden_input_shows_through_an_exception(hub):
+    """Two attacks of the review, through the Hub. An answer cell whose metadata is a list (which
+    once crashed the worker, and took the class down with it) is checked like any other: its cell
+    id says which answer it is. An answer that raises an exception named after its hidden input
+    shows only ValueError, on the API, on the result's page and in the database; the text its code
+    made is nowhere (the code spells LEAK in two halves: a message may quote its line)."""
+    token = hub.token_for("mallory")
+    malformed = json.loads(nbformat.writes(SOLUTION))
+    cell = next(c for c in malformed["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "apply_rope")
+    cell["metadata"] = [1, 2]
+    sent = send(hub, token, malformed)
+    assert sent.status_code == 202, sent.text
+    view = answered(hub, token, sent.json()["id"])
+    assert (view["state"], view["score"]) == ("done", 10), view
+    leak = send(hub, token, tools.replace_solution(SOLUTION, "kv_cache_bytes", LEAK_BY_NAME))
+    view = answered(hub, token, leak.json()["id"])
+    item = next(i for i in view["items"] if i["grade_id"] == "kv_cache_bytes")
+    assert item["status"] == "error" and "ValueError" in item["message"], item
+    page = requests.get(f"{hub.service}requests/{leak.json()['id']}", timeout=60,
+                        headers={"Authorization": f"token {token}"}).text
+    with sqlite3.connect(hub.course / "check_requests.db") as db:
+        (stored,) = db.execute("SELECT result FROM requests WHERE id = ?", (leak.json()["id"],)).fetchone()
+    assert not any("LEAK" in text for text in (json.dumps(view), page, stored))
 
 
 def test_sixty_requests_from_three_students_at_once(hub):
@@ -253,6 +318,39 @@ def test_the_exporter_sends_as_the_student_and_links_the_check(hub, monkeypatch)
     assert answered(hub, hub.token_for("alice"), request_id)["score"] == 10
 
 
+def worker_of(hub, request_id: str, attempt: int) -> str:
+    """The pid of the worker grading ``request_id`` on its ``attempt``-th try, once it is."""
+    deadline = time.monotonic() + ANSWER_S
+    while True:
+        row = next(r for r in rows(hub) if r["id"] == request_id)
+        if row["state"] == "running" and row["attempts"] == attempt:
+            pids = subprocess.run(["pgrep", "-f", f"name {row['worker']} --parent"], capture_output=True,
+                                  text=True).stdout.split()
+            assert len(pids) == 1, pids
+            return pids[0]
+        assert time.monotonic() < deadline and row["state"] in ("queued", "running"), row
+        time.sleep(0.1)
+
+
+def test_a_request_the_grader_fails_on_every_time_counts_and_its_notebook_is_kept(hub):
+    """Its worker killed on each of its two tries: answered as failed, counted as a check, logged
+    with its id and student, and its notebook kept in .grading/check_failures/."""
+    set_policy(hub, max_attempts=2)
+    erin, store = hub.token_for("erin"), Store(hub.course / "check_requests.db")
+    counted = store.usage("erin", A, time.time())[1]
+    victim = send(hub, erin, slow(6)).json()
+    for attempt in (1, 2):
+        os.kill(int(worker_of(hub, victim["id"], attempt)), signal.SIGKILL)
+    failed = answered(hub, erin, victim["id"])
+    assert failed["state"] == "failed" and "failed 2 times" in failed["message"]
+    assert "counts as one of your checks" in failed["message"]
+    assert store.usage("erin", A, time.time())[1] == counted + 1
+    kept = hub.course / ".grading" / "check_failures" / f"{victim['id']}.ipynb"
+    assert json.loads(kept.read_bytes()) == slow(6)
+    assert f"Request {victim['id']} of erin ({A}): its worker" in hub.log.read_text()
+    set_policy(hub)  # the next test kills the service, whose workers come back with it
+
+
 def test_requests_waiting_when_the_service_is_killed_are_answered_after_it_comes_back(hub):
     set_policy(hub)
     tokens = {user: hub.token_for(user) for user in ("alice", "bob", "carol")}
@@ -335,6 +433,39 @@ def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub)
         assert mine.rsplit("/", 1)[1] not in page.content()
         refused = page.goto(mine)
         assert refused.status == 404 and "No such check request of yours" in page.content()
+
+
+def test_a_flood_of_refused_requests_is_bounded_in_the_database_and_the_admin_pages(hub):
+    """mallory sends 100 non-notebooks with a megabyte of file name each, twenty at a time: 20 are
+    refused and recorded (her limit of refusals), the rest answered 429 and not stored. The file's
+    pages in use grow by less than the bound the README states for a student, and the admin's
+    pages, each bounded, show every request."""
+    set_policy(hub)
+    token, before, used = hub.token_for("mallory"), len(rows(hub)), database_used(hub)
+    essay = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        answers = list(pool.map(lambda i: send(hub, token, essay, f"{i}-" + "x" * 2**20), range(100)))
+    codes = [a.status_code for a in answers]
+    assert (codes.count(400), codes.count(429)) == (20, 80), codes
+    not_recorded = "This request was not recorded: 20 of your requests were refused in the last hour"
+    assert all(not_recorded in a.json()["message"] and "id" not in a.json() for a in answers if a.status_code == 429)
+    store = Store(hub.course / "check_requests.db")
+    flood = rows(hub)[before:]
+    assert len(flood) == 20 and all(len(store.get(r["id"]).filename) == 120 for r in flood)
+    growth = database_used(hub) - used
+    print(f"\nThe database's pages in use grew by {growth} bytes for mallory's 100 requests")
+    assert growth <= 2 * KEPT_UNCOUNTED * UNCOUNTED_ROW_BYTES
+    teacher, shown, number = login(hub, hub_tools.ADMIN), [], 1
+    while True:
+        page = teacher.get(f"{hub.service}admin?page={number}", timeout=60)
+        assert page.status_code == 200 and len(page.content) < PER_PAGE * 4096
+        shown += re.findall(r'<a href="[^"]*/requests/([\w-]+)">', page.text)
+        if "older &rarr;" not in page.text:
+            break
+        number += 1
+    every = [r["id"] for r in reversed(rows(hub))]
+    assert shown == every and number == -(-len(every) // PER_PAGE)
+    assert teacher.get(f"{hub.service}admin?page=x", timeout=60).status_code == 404
 
 
 def test_the_readme_gives_the_hub_lines_the_tests_run():

@@ -1,25 +1,35 @@
 """The grading service's queue and limits, on a real SQLite file (no Hub: tests/test_service_hub.py
 runs the whole service). Limits must hold exactly when many processes ask at once, the queue
-must be fair, and nothing a student sent may be lost when a worker or the service dies."""
+must be fair, nothing a student sent may be lost when a worker or the service dies, and no
+stream of requests may grow the file past its bound. Also the intake, which reads any bytes sent."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import notebook_tools as tools
 from autograder.errors import GradingError
+from autograder.grading import Course
+from autograder.service import supervisor
+from autograder.service.intake import MAX_FILENAME, body_limit, read_post, read_sent
 from autograder.service.policy import Policies, Policy
-from autograder.service.store import Store, fair_order
+from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store, TooManyRefused, fair_order
 
 OPEN = Policy(open=True, per_hour=3, in_all=5)
 NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+A, NOTEBOOK = "06_modern_attention", "modern_attention"
+RELEASE = (tools.REPO_ROOT / "release" / A / f"{NOTEBOOK}.ipynb").read_bytes()
 
 
-def submit(store, user, policy=OPEN, max_waiting=100, now=None, assignment="06_modern_attention"):
-    return store.submit(user, assignment, "modern_attention", "modern_attention.ipynb", NB, policy, max_waiting, now)
+def submit(store, user, policy=OPEN, max_waiting=100, now=None, assignment="06_modern_attention", max_refused=1000):
+    return store.submit(user, assignment, "modern_attention", "modern_attention.ipynb", NB, policy, max_waiting,
+                        max_refused, now)
 
 
 def test_the_hour_and_the_whole_limit_count_only_what_is_not_refused(tmp_path):
@@ -115,7 +125,82 @@ def test_a_dead_workers_request_is_retried_then_answered_as_failed(tmp_path):
     store.claim("w3")
     store.give_back({"w3"}, 3)
     failed = store.get(request.id)
-    assert failed.state == "failed" and "failed 3 times" in failed.message and "not counted" in failed.message
+    assert failed.state == "failed" and "failed 3 times" in failed.message
+    assert "counts as one of your checks" in failed.message
+
+
+def test_a_notebook_that_makes_the_grader_fail_costs_a_check_and_is_kept_for_the_instructor(tmp_path):
+    """Else a student with one check left could keep the workers busy without end."""
+    store, one = Store(tmp_path / "q.db"), Policy(open=True, per_hour=1, in_all=1)
+    request = submit(store, "alice", policy=one)
+    for attempt in (1, 2):
+        store.claim(f"w{attempt}")
+        supervisor.give_back(tmp_path, store, {f"w{attempt}"}, 2, "the grader raised an error")
+    assert store.get(request.id).state == "failed"
+    assert store.usage("alice", A, time.time())[:2] == (1, 1)
+    assert submit(store, "alice", policy=one).message == "You have used all 1 checks of this assignment."
+    kept = tmp_path / ".grading" / "check_failures" / f"{request.id}.ipynb"
+    assert kept.read_bytes() == NB
+    assert store._select("id = ?", (request.id,), content=True)[0].content == NB
+
+
+def test_a_graded_or_expired_request_keeps_no_notebook_and_only_what_a_student_may_see(tmp_path):
+    store = Store(tmp_path / "q.db")
+    graded, late = submit(store, "alice"), submit(store, "bob")
+    item = {"grade_id": "g", "notebook": NOTEBOOK, "score": 0, "max_score": 1, "status": "error",
+            "message": "raised ValueError: " + "x" * 10**6, "hint": "", "mistake": None, "deduction": "",
+            "answer": "def f(): ..." * 10**5}
+    store.finish(store.claim("w1"), "w1", {"score": 0, "max_score": 1, "items": [item], "notes": ["n" * 10**6] * 99})
+    store.expire(lambda assignment: 0, now=time.time() + 1)
+    rows = {r.id: r for r in store._select("1", content=True)}
+    assert (rows[graded.id].state, rows[late.id].state) == ("done", "expired")
+    assert rows[graded.id].content is None and rows[late.id].content is None
+    kept = json.loads(rows[graded.id].result)
+    assert "answer" not in kept["items"][0] and len(kept["items"][0]["message"]) == 1000
+    assert len(kept["notes"]) == 20 and all(len(note) == 600 for note in kept["notes"])
+
+
+def test_refusals_have_a_limit_of_their_own_past_which_nothing_is_stored(tmp_path):
+    store, start = Store(tmp_path / "q.db"), 1_000_000.0
+    for i in range(3):
+        store.refuse("mallory", "essay.ipynb", 10, "This is not a notebook.", 3, now=start + i)
+    with pytest.raises(TooManyRefused) as refused:
+        store.refuse("mallory", "essay.ipynb", 10, "This is not a notebook.", 3, now=start + 10)
+    assert refused.value.message.startswith("This is not a notebook. (This request was not recorded: 3 of your")
+    assert "until 14:46 UTC" in refused.value.message  # an hour after the first of the three
+    with pytest.raises(TooManyRefused):  # refusals for a limit count too
+        submit(store, "mallory", policy=Policy(), now=start + 11, max_refused=3)
+    assert len(store.of_user("mallory")) == 3
+    assert submit(store, "mallory", now=start + 12, max_refused=3).state == "queued"  # a good notebook is taken
+    assert store.refuse("bob", "essay.ipynb", 10, "No.", 3, now=start + 13).state == "refused"  # per student
+    assert store.refuse("mallory", "essay.ipynb", 10, "No.", 3, now=start + 3600.5).state == "refused"
+
+
+def file_size(store: Store) -> int:
+    """The SQLite file's size with its write-ahead log written back into it."""
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return os.path.getsize(store.path)
+
+
+def test_no_stream_of_requests_grows_the_file_past_its_bound_per_student(tmp_path):
+    """2,000 refused requests with a megabyte of file name and message each, in four-byte characters,
+    spread over days so that the hourly limit does not stop them, and 200 that expire: the file
+    grows by at most the stated bound (refused and expired kept: 50 each, 5 KiB each)."""
+    store, start, huge = Store(tmp_path / "q.db"), 1_000_000.0, "😀" * 2**20
+    before = file_size(store)
+    for i in range(2000):
+        store.refuse("mallory", huge, 2**20, huge, 20, now=start + 200 * i)
+    for i in range(200):
+        store.submit("mallory", A, NOTEBOOK, huge, b"x" * 10**5, Policy(open=True, per_hour=10**4, in_all=10**4),
+                     10**4, 20)
+        store.expire(lambda assignment: -1)
+    growth = file_size(store) - before
+    print(f"\nThe file grew by {growth} bytes for 2,200 requests of one student")
+    assert growth <= 2 * KEPT_UNCOUNTED * UNCOUNTED_ROW_BYTES
+    kept = store.of_user("mallory")
+    assert [r.state for r in kept].count("refused") == KEPT_UNCOUNTED == [r.state for r in kept].count("expired")
+    assert all(len(r.filename) == MAX_FILENAME and len(r.message) <= 600 for r in kept)
+    assert kept[-1].submitted == start + 200 * 1950  # the latest are kept
 
 
 def test_a_result_from_a_worker_that_lost_its_request_is_dropped(tmp_path):
@@ -152,3 +237,25 @@ def test_the_instructors_settings_are_checked_and_read_again_when_they_change(tm
                               ({"deadline": "Friday"}, "ISO 8601"), ({"per_hour": -1}, "0 or more")]:
         with pytest.raises(GradingError, match=message.replace("[", r"\[").replace("]", r"\]")):
             Policy.parse("a", settings)
+
+
+def test_the_intake_reads_what_a_student_sends_into_a_notebook_of_the_course_or_a_reason():
+    course, limit = Course(tools.REPO_ROOT), 2**20
+    taken = read_sent(course, "my copy (2).ipynb", RELEASE, limit)
+    assert (taken.status, taken.assignment, taken.notebook, taken.content) == (202, A, NOTEBOOK, RELEASE)
+    nested = read_post(course, "application/json", b"[" * 200 + b"]" * 200, limit)
+    assert nested.status == 400 and "nested more than 64 levels deep" in nested.message
+    inner = read_post(course, "application/json", json.dumps({"notebook": "[" * 200 + "]" * 200}).encode(), limit)
+    assert inner.status == 400 and "nested more than 64 levels deep" in inner.message
+    as_object = read_post(course, "", json.dumps({"filename": "C:\\Users\\me\\" + "a" * 2**20,
+                                                  "notebook": json.loads(RELEASE)}).encode(), limit)
+    assert as_object.status == 202 and as_object.filename == "a" * MAX_FILENAME
+    large = read_sent(course, NOTEBOOK, RELEASE + b" " * limit, limit)
+    assert large.status == 413 and "checks take notebooks up to 1 MiB" in large.message
+    foreign = read_sent(course, "essay.ipynb", NB, limit)
+    assert foreign.status == 400 and "not a notebook of this course's assignments" in foreign.message
+    form = read_post(course, "multipart/form-data; boundary=b", b"--b\r\nContent-Disposition: form-data; name=\"f\"; "
+                     b"filename=\"nb.ipynb\"\r\n\r\n" + RELEASE + b"\r\n--b--\r\n", limit)
+    assert (form.status, form.filename) == (202, "nb.ipynb")
+    assert "form has no notebook file" in read_post(course, "application/x-www-form-urlencoded", b"a=1", limit).message
+    assert body_limit(limit) > 4 * limit

@@ -37,7 +37,11 @@ class CheckService(Configurable):
                   ).tag(config=True)
     max_waiting = Int(2, help="Requests one student may have waiting or being graded at once.").tag(config=True)
     max_notebook_mb = Int(5, help="The largest notebook a student may send, in MiB.").tag(config=True)
-    max_attempts = Int(3, help="Times a request is graded again after a worker died on it.").tag(config=True)
+    max_attempts = Int(3, help="Times a request is tried before it is answered as failed (a worker died or the grader "
+                               "raised on it each time); a failed request counts as a check, and its notebook is "
+                               "kept in .grading/check_failures/ for the instructor.").tag(config=True)
+    max_refused_per_hour = Int(20, min=1, help="Refused requests of one student recorded in any 60 minutes; past "
+                                               "it, a refused request is answered 429 and not stored.").tag(config=True)
     database = Unicode("check_requests.db", help="The SQLite file of every request and result, relative to the "
                                                  "course folder.").tag(config=True)
 

@@ -5,10 +5,30 @@ claims it, so a service that restarts finds its waiting requests where they were
 
 - ``queued``: waiting for a worker; ``running``: a worker (``worker``) is grading it;
 - ``done``: graded, ``result`` holds the items; ``refused``: not taken (limit, closed, bad notebook);
-- ``expired``: waited longer than its assignment allows; ``failed``: workers died on it ``max_attempts`` times.
+- ``expired``: waited longer than its assignment allows; ``failed``: the grader failed on it ``max_attempts`` times.
 
-Only ``queued``, ``running`` and ``done`` requests count against a student's limits: a request the
-service could not answer costs the student nothing.
+``queued``, ``running``, ``done`` and ``failed`` requests count against a student's limits: a
+notebook that makes the grader fail costs a check, so that it cannot keep the workers busy
+without end. Refused and expired ones cost no check (an expired one is the service's fault), but
+refusals have a limit of their own (``max_refused`` in the last hour): past it a request is
+answered with :class:`TooManyRefused` and nothing is stored.
+
+How large the file grows, per student. Every text a student chooses is cut short (a file name to
+:data:`MAX_FILENAME` characters, a message to :data:`MAX_MESSAGE`, a result's item texts to
+:data:`MAX_ITEM_TEXT`, its notes to :data:`MAX_NOTES`), and a request's notebook is kept only while
+it waits or is graded, and for a failed request (for the instructor to see why). So a student's
+rows take at most:
+
+- refused and expired requests: the latest :data:`KEPT_UNCOUNTED` (or ``max_refused``, if larger)
+  of each kind are kept, the older ones deleted in the transaction that adds one; each row takes
+  at most :data:`UNCOUNTED_ROW_BYTES`, so 2 x 50 x 5 KiB = 500 KiB however many a student sends
+  (tests/test_service_store.py sends 2,000, with megabyte file names, and measures the file);
+- checks (counted): at most the assignments' ``in_all``, each its result's items (ours, with texts
+  cut) and, for a failed one, its notebook (at most ``max_notebook_mb``);
+- notebooks waiting: at most ``max_waiting``, of at most ``max_notebook_mb`` each.
+
+Pages freed by deleted rows and dropped notebooks are used again, so the file grows by these
+bounds, not by what a student sends; the write-ahead log is cut back to :data:`WAL_BYTES`.
 
 Fairness (start-time fair queuing): each request gets a round when it comes. A student with
 nothing waiting joins the round being served now; their next request goes one round after their
@@ -31,9 +51,26 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-COUNTED = ("queued", "running", "done")
+COUNTED = ("queued", "running", "done", "failed")
 WAITING = ("queued", "running")
 HOUR = 3600.0
+MAX_FILENAME = 120
+"""Characters of a file name kept: it shows in pages, and a student may send a megabyte of it."""
+MAX_MESSAGE = 600
+"""Characters of a request's message (ours, quoting at most a file name and 40 characters of a student's)."""
+MAX_ITEM_TEXT = 1000
+"""Characters kept of each text of a result's item (a message may quote what a student's code raised)."""
+MAX_NOTES = 20
+"""A result's notes kept (preflight's repairs and flags), each cut to MAX_MESSAGE characters."""
+ITEM_FIELDS = ("grade_id", "status", "score", "max_score", "message", "mistake", "hint", "deduction")
+"""What the service keeps of a graded item: what :mod:`autograder.service.shown` may show, not the answer."""
+KEPT_UNCOUNTED = 50
+"""Refused requests, and expired ones, kept per student; older ones are deleted."""
+UNCOUNTED_ROW_BYTES = 5 * 1024
+"""The most a refused or expired request takes in the file, indexes and page slack included (measured
+by tests/test_service_store.py)."""
+WAL_BYTES = 4 * 2**20
+"""The size the write-ahead log is cut back to after a checkpoint."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -102,6 +139,30 @@ class Request:
 COLUMNS = [name for name in Request.__dataclass_fields__ if name != "content"]
 
 
+class TooManyRefused(Exception):
+    """A request refused while its student's refusals of the last hour are at their limit: it is
+    answered with :attr:`message` (the reason, and that it was not recorded) and not stored."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, storable as UTF-8 (JSON may carry lone surrogates)."""
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def kept_result(result: dict) -> dict:
+    """What the service keeps of a grading result: the fields a student may be shown of each item,
+    its texts cut (a message may quote a student's output), and the first notes, cut."""
+    items = [{key: cut(item[key], MAX_ITEM_TEXT) if isinstance(item.get(key), str) else item.get(key)
+              for key in ITEM_FIELDS} for item in result["items"]]
+    notes = [cut(str(note), MAX_MESSAGE) for note in result.get("notes", [])[:MAX_NOTES]]
+    return {**result, "items": items, "notes": notes}
+
+
 def fair_order(queued: list[Request]) -> list[Request]:
     """``queued`` in the order workers take them: by round, then as they came."""
     return sorted(queued, key=lambda r: (r.round, r.seq))
@@ -116,6 +177,7 @@ class Store:
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.execute(f"PRAGMA journal_size_limit={WAL_BYTES}")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:
@@ -142,10 +204,16 @@ class Store:
         request_id = secrets.token_urlsafe(12)
         self.db.execute("INSERT INTO requests (id, user, assignment, notebook, filename, size, submitted, state, "
                         "round, message, content, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (request_id, user, assignment, notebook, filename, size, now, state,
-                         self._round_for(user) if state == "queued" else 0, message, content,
+                        (request_id, user, assignment, notebook, cut(filename, MAX_FILENAME), size, now, state,
+                         self._round_for(user) if state == "queued" else 0, cut(message, MAX_MESSAGE), content,
                          None if state == "queued" else now))
         return self.get(request_id)
+
+    def _prune(self, user: str, state: str, keep: int) -> None:
+        """Deletes all but the latest ``keep`` requests of ``user`` in ``state`` (refused or expired):
+        what bounds the file's growth however many such requests a student sends."""
+        self.db.execute("DELETE FROM requests WHERE user = ? AND state = ? AND seq NOT IN (SELECT seq FROM requests "
+                        "WHERE user = ? AND state = ? ORDER BY seq DESC LIMIT ?)", (user, state, user, state, keep))
 
     def _round_for(self, user: str) -> int:
         """The round of a new request of ``user``: the one served now, or the one after their last waiting."""
@@ -167,15 +235,42 @@ class Store:
         return len(hour), len(rows), (hour[0] + HOUR if hour else None)
 
     def submit(self, user: str, assignment: str, notebook: str, filename: str, content: bytes, policy,
-               max_waiting: int, now: float | None = None) -> Request:
+               max_waiting: int, max_refused: int, now: float | None = None) -> Request:
         """Queues a check, or records it as refused with the reason, in one transaction with the
-        counts it is decided on; the policy's limits hold exactly under any number of requests."""
+        counts it is decided on; the policy's limits hold exactly under any number of requests.
+        Raises :class:`TooManyRefused` for a refusal past ``max_refused`` in the hour."""
         now = time.time() if now is None else now
         with self.transaction():
             reason = self._refusal(user, assignment, policy, max_waiting, now)
             if reason:
-                return self._insert(user, assignment, notebook, filename, len(content), "refused", reason, None, now)
+                return self._refuse(user, assignment, notebook, filename, len(content), reason, max_refused, now)
             return self._insert(user, assignment, notebook, filename, len(content), "queued", "", content, now)
+
+    def refuse(self, user: str, filename: str, size: int, message: str, max_refused: int,
+               now: float | None = None) -> Request:
+        """Records a request that was refused before any limit was looked at (a notebook too large, not
+        valid JSON, not of this course), so that the instructor sees it too; raises
+        :class:`TooManyRefused` past ``max_refused`` refusals in the hour."""
+        now = time.time() if now is None else now
+        with self.transaction():
+            return self._refuse(user, "", "", filename, size, message, max_refused, now)
+
+    def _refuse(self, user: str, assignment: str, notebook: str, filename: str, size: int, message: str,
+                max_refused: int, now: float) -> Request:
+        """A refused request stored (and the oldest beyond those kept deleted), unless the student's
+        refusals of the last hour are at ``max_refused``."""
+        (recent,) = self.db.execute("SELECT COUNT(*) FROM requests WHERE user = ? AND state = 'refused' AND "
+                                    "submitted > ?", (user, now - HOUR)).fetchone()
+        if recent >= max_refused:
+            (nth,) = self.db.execute("SELECT submitted FROM requests WHERE user = ? AND state = 'refused' ORDER BY "
+                                     "submitted DESC LIMIT 1 OFFSET ?", (user, max_refused - 1)).fetchone()
+            raise TooManyRefused(f"{message} (This request was not recorded: {recent} of your requests were refused "
+                                 f"in the last hour, the most the service records until "
+                                 f"{time.strftime('%H:%M', time.gmtime(nth + HOUR))} UTC. Fix what this message "
+                                 f"says before you send again.)")
+        request = self._insert(user, assignment, notebook, filename, size, "refused", message, None, now)
+        self._prune(user, "refused", max(KEPT_UNCOUNTED, max_refused))
+        return request
 
     def _refusal(self, user: str, assignment: str, policy, max_waiting: int, now: float) -> str | None:
         closed = policy.closed_because(datetime.fromtimestamp(now, timezone.utc))
@@ -196,12 +291,6 @@ class Store:
                     f"{minutes} minute(s), at {time.strftime('%H:%M', time.gmtime(frees))} UTC.")
         return None
 
-    def refuse(self, user: str, assignment: str, filename: str, size: int, message: str) -> Request:
-        """Records a request that was refused before any limit was looked at (a notebook too large, not
-        valid JSON, not of this course), so that the instructor sees it too."""
-        with self.transaction():
-            return self._insert(user, assignment, "", filename, size, "refused", message, None, time.time())
-
     def get(self, request_id: str) -> Request | None:
         found = self._select("id = ?", (request_id,))
         return found[0] if found else None
@@ -209,8 +298,9 @@ class Store:
     def of_user(self, user: str, limit: int = 200) -> list[Request]:
         return self._select("user = ?", (user,), tail=f"ORDER BY seq DESC LIMIT {int(limit)}")
 
-    def every(self, limit: int = 1000) -> list[Request]:
-        return self._select("1", tail=f"ORDER BY seq DESC LIMIT {int(limit)}")
+    def every(self, limit: int, offset: int = 0) -> list[Request]:
+        """Every student's requests, newest first, ``limit`` of them after the first ``offset``."""
+        return self._select("1", tail=f"ORDER BY seq DESC LIMIT {int(limit)} OFFSET {int(offset)}")
 
     def place(self, request: Request) -> int | None:
         """A waiting request's place in the queue (1: next), or None when it is not waiting."""
@@ -238,30 +328,36 @@ class Store:
             return self._select("seq = ?", (seq,), content=True)[0]
 
     def finish(self, request: Request, worker: str, result: dict) -> bool:
-        """Records the result of a request ``worker`` graded; False when it was no longer that worker's
-        (given back meanwhile, after the service restarted): the result is then dropped."""
+        """Records the result of a request ``worker`` graded (what :func:`kept_result` keeps of it) and drops
+        its notebook; False when it was no longer that worker's (given back meanwhile, after the service
+        restarted): the result is then dropped."""
         with self.transaction():
             changed = self.db.execute(
                 "UPDATE requests SET state = 'done', finished = ?, worker = NULL, score = ?, max_score = ?, "
-                "result = ?, message = '' WHERE seq = ? AND state = 'running' AND worker = ?",
-                (time.time(), result["score"], result["max_score"], json.dumps(result), request.seq, worker)).rowcount
+                "result = ?, message = '', content = NULL WHERE seq = ? AND state = 'running' AND worker = ?",
+                (time.time(), result["score"], result["max_score"], json.dumps(kept_result(result)), request.seq,
+                 worker)).rowcount
         return changed == 1
 
     def give_back(self, workers_gone: set[str] | None, max_attempts: int) -> list[Request]:
         """Puts requests being graded by a worker that is gone (``workers_gone``; None: every worker,
         as when the service starts) back in the queue, in their old place, or, after ``max_attempts``
-        tries, answers them as ``failed`` (the caller logs why: a student sees no grader internals).
-        Returns those given back or failed."""
+        tries, answers them as ``failed``, which counts as a check and keeps the notebook (the caller
+        logs why and keeps a copy for the instructor: a student sees no grader internals). Returns
+        those given back or failed, with their notebooks, as they were before."""
         with self.transaction():
-            running = self._select("state = 'running'")
+            running = self._select("state = 'running'", content=True)
             lost = [r for r in running if workers_gone is None or r.worker in workers_gone]
             for request in lost:
                 if request.attempts >= max_attempts:
                     self.db.execute(
                         "UPDATE requests SET state = 'failed', worker = NULL, finished = ?, message = ? WHERE seq = ?",
-                        (time.time(), f"The grader failed {request.attempts} times on this request. It was not "
-                                      "counted against your checks, and the service's log says why. Send it again, "
-                                      "or tell your instructor if it keeps happening.", request.seq))
+                        (time.time(), f"The grader failed {request.attempts} times on this notebook (a fault of the "
+                                      "grader, not a mistake in your answers, which it reports item by item). It "
+                                      "counts as one of your checks, so that such a notebook cannot keep the "
+                                      "graders busy. Your instructor has the notebook and the log of what went "
+                                      "wrong: tell them the address of this page. Meanwhile, use the visible checks.",
+                         request.seq))
                 else:
                     self.db.execute("UPDATE requests SET state = 'queued', worker = NULL, started = NULL WHERE seq = ?",
                                     (request.seq,))
@@ -269,7 +365,8 @@ class Store:
 
     def expire(self, max_wait_seconds, now: float | None = None) -> list[Request]:
         """Answers every request that has waited in the queue longer than its assignment allows
-        (``max_wait_seconds(assignment)``) with a message that says so; they cost no check."""
+        (``max_wait_seconds(assignment)``) with a message that says so, and drops its notebook; they
+        cost no check, and only the latest :data:`KEPT_UNCOUNTED` of a student are kept."""
         now = time.time() if now is None else now
 
         def waiting_too_long() -> list[Request]:
@@ -282,8 +379,10 @@ class Store:
             for request in late:
                 minutes = max_wait_seconds(request.assignment) / 60
                 self.db.execute(
-                    "UPDATE requests SET state = 'expired', finished = ?, message = ? WHERE seq = ?",
+                    "UPDATE requests SET state = 'expired', finished = ?, message = ?, content = NULL WHERE seq = ?",
                     (now, f"The grader was too busy: your check waited more than {minutes:g} minutes for a free "
                           "worker (many students are checking at once). It was not counted against your checks; "
                           "send it again in a while, and use the visible checks meanwhile.", request.seq))
+            for user in {request.user for request in late}:
+                self._prune(user, "expired", KEPT_UNCOUNTED)
             return late

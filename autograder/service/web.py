@@ -9,11 +9,12 @@ the same as an id that does not exist. The Hub's admins see every request.
 - ``POST {prefix}api/requests``        send a notebook (JSON ``{"filename", "notebook"}``, or a form's file)
 - ``GET  {prefix}api/requests/<id>``   a request's state, place in the queue and result (JSON)
 - ``GET  {prefix}requests/<id>``       the same as a page, which reloads itself until the answer is there
-- ``GET  {prefix}admin``               every request (admins only)
+- ``GET  {prefix}admin?page=N``        every request, newest first, a page at a time (admins only)
 
 Pages are templates that escape every value and run no script. What a student sees of a result
 follows the assignment's ``show`` and :mod:`autograder.service.shown`: never a hidden input, never
-check code.
+check code. What a POST sends is read by :func:`autograder.service.intake.read_post`; every refusal
+goes through the student's limit of refusals (:class:`autograder.service.store.TooManyRefused`).
 """
 
 from __future__ import annotations
@@ -31,41 +32,33 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import ioloop, web
+from tornado.httputil import HTTPInputError, parse_body_arguments
 
 from autograder import pipeline
 from autograder.errors import GradingError
 from autograder.feedback import PAGES
 from autograder.grading import Course
-from autograder.preflight import grade_ids, read_notebook
+from autograder.service import intake
+from autograder.service.intake import MiB
 from autograder.service.policy import Policies, Policy
 from autograder.service.shown import public_item
-from autograder.service.store import Request, Store
+from autograder.service.store import Request, Store, TooManyRefused
 from autograder.service.supervisor import Supervisor
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'self'"
+THROWN_AWAY = 256 * MiB
+"""How far past its limit a body is still read (and thrown away), to answer 413 with a message
+rather than cut the connection, which the Hub's proxy would answer with 503."""
+OTHER_BODIES = 64 * 1024
+"""The largest body of any other request: only a notebook's POST has one."""
+PER_PAGE = 100
+"""Requests on a page of the admin's list (each row's texts are bounded by the store)."""
 
 
 def when(timestamp: float | None) -> str:
     if timestamp is None:
         return ""
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def which_notebook(course: Course, filename: str, cells: list[dict]) -> tuple[str, str] | None:
-    """The (assignment, release notebook) that a sent notebook is a copy of: the release notebook
-    of the same name, else the one that shares the most graded cells with it (students rename files)."""
-    ids = grade_ids(cells)
-    candidates = []
-    for assignment in course.assignments():
-        folder = course.root / "release" / assignment
-        for path in sorted(folder.glob("*.ipynb")):
-            release, problem = read_notebook(path)
-            if problem:
-                continue
-            shared = ids & grade_ids(release["cells"])
-            candidates.append((path.stem == Path(filename).stem, len(shared), assignment, path.stem))
-    best = max(candidates, default=None)
-    return (best[2], best[3]) if best and (best[0] or best[1]) else None
 
 
 def view(request: Request, policy: Policy, store: Store, prefix: str) -> dict:
@@ -128,11 +121,20 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(404, "No such check request of yours.")
         return request
 
+    @property
+    def form(self) -> bool:
+        """Whether the request is a browser's form, answered with pages."""
+        content_type = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        return content_type in intake.FORM_TYPES
+
     def write_error(self, status_code: int, **kwargs) -> None:
-        """A short answer that says what went wrong: JSON for the API, a page for pages."""
+        """A short answer that says what went wrong: JSON for the API, a page for pages and forms."""
         reason = kwargs.get("exc_info", (None, None, None))[1]
-        message = getattr(reason, "log_message", None) or self._reason
-        if "/api/" in self.request.path:
+        message = self._reason
+        if isinstance(reason, web.HTTPError) and reason.log_message:
+            # as tornado formats it: a student's text goes in as an argument, where a % is only a %
+            message = reason.log_message % reason.args if reason.args else reason.log_message
+        if "/api/" in self.request.path and not self.form:
             self.set_header("Content-Type", "application/json")
             return self.finish(json.dumps({"state": "error", "message": message}))
         self.set_header("Content-Type", "text/html; charset=utf-8")
@@ -155,56 +157,80 @@ class HomePage(Handler):
                   xsrf=self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)
 
 
+@web.stream_request_body
 class RequestsAPI(Handler):
-    @web.authenticated
+    """Takes a notebook. The body is streamed so that one over the limit is read to its end (and
+    thrown away) and answered 413 with a message: tornado would cut the connection."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.service.policies.load()
+        self.max_bytes = self.service.policies.settings.max_notebook_mb * MiB
+        self.limit = intake.body_limit(self.max_bytes)
+        self.request.connection.set_max_body_size(self.limit + THROWN_AWAY)
+        try:
+            self.declared = int(self.request.headers.get("Content-Length", "0"))
+        except ValueError:
+            self.declared = 0  # tornado answers it 400 before any of the body is read
+        self.received, self.body = 0, bytearray()
+
+    @property
+    def size(self) -> int:
+        return max(self.declared, self.received)
+
+    @property
+    def over(self) -> bool:
+        return self.size > self.limit
+
+    def data_received(self, chunk: bytes) -> None:
+        """Keeps the body while it is within the limit; past it, only counts its size."""
+        self.received += len(chunk)
+        if self.over:
+            self.body = bytearray()
+        else:
+            self.body += chunk
+
     def post(self) -> None:
-        service = self.service
-        limit = service.policies.settings.max_notebook_mb * 2**20
-        filename, body = self.notebook_sent()
-        form = bool(self.request.files)
-        if len(body) > limit:
-            return self.answer(service.store.refuse(
-                self.user, "", filename, len(body),
-                f"The notebook is {len(body) / 2**20:.1f} MiB; checks take notebooks up to "
-                f"{service.policies.settings.max_notebook_mb} MiB. Clear the outputs (Edit, Clear Outputs of All "
-                f"Cells), save, and check again."), 413, form)
-        try:
-            cells = json.loads(body)["cells"]
-            if not isinstance(cells, list):
-                raise ValueError("cells is not a list")
-        except (ValueError, KeyError, TypeError) as error:
-            return self.answer(service.store.refuse(
-                self.user, "", filename, len(body),
-                f"This is not a notebook the grader can read ({error}). Check the .ipynb file you saved from "
-                f"JupyterLab, not an export or a copy of its text."), 400, form)
-        found = which_notebook(service.course, filename, cells)
-        if found is None:
-            return self.answer(service.store.refuse(
-                self.user, "", filename, len(body),
-                f"{filename} is not a notebook of this course's assignments: none of its graded cells is one of "
-                f"theirs. Check the notebook you fetched for the assignment."), 400, form)
-        assignment, notebook = found
-        policy, settings = service.policies.for_assignment(assignment), service.policies.settings
-        request = service.store.submit(self.user, assignment, notebook, filename, body, policy, settings.max_waiting)
-        self.answer(request, 202 if request.state == "queued" else 429, form)
+        if self.form and not self.over:
+            self.read_form_arguments()
+        if self.over and not self.current_user:
+            # A browser's form whose body was not kept has no XSRF token to log in with: say why, store nothing.
+            raise web.HTTPError(413, "%s", intake.too_large(self.size, self.max_bytes).message)
+        self.take()
 
-    def notebook_sent(self) -> tuple[str, bytes]:
-        """The sent notebook's file name and bytes, from a form's file or a JSON body."""
-        if self.request.files:
-            upload = next(iter(self.request.files.values()))[0]
-            return Path(upload["filename"] or "notebook.ipynb").name, upload["body"]
+    def read_form_arguments(self) -> None:
+        """A form's fields, where the Hub's XSRF check looks for ``_xsrf`` (streaming skips tornado's parsing)."""
         try:
-            sent = json.loads(self.request.body)
-            notebook = sent["notebook"]
-            return Path(str(sent.get("filename") or "notebook.ipynb")).name, (
-                notebook.encode() if isinstance(notebook, str) else json.dumps(notebook).encode())
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise web.HTTPError(400, 'Send JSON {"filename": ..., "notebook": ...} or a form with a notebook file.') \
-                from None
+            parse_body_arguments(self.request.headers.get("Content-Type", ""), bytes(self.body),
+                                 self.request.body_arguments, self.request.files)
+        except HTTPInputError:
+            return  # intake says what is wrong with the form
+        for name, values in self.request.body_arguments.items():
+            self.request.arguments.setdefault(name, []).extend(values)
 
-    def answer(self, request: Request, status: int, form: bool) -> None:
+    @web.authenticated
+    def take(self) -> None:
+        """Queues the notebook sent, or answers why not; every refusal counts in the student's limit."""
+        service, settings = self.service, self.service.policies.settings
+        if self.over:
+            sent = intake.too_large(self.size, self.max_bytes, "")
+        else:
+            sent = intake.read_post(service.course, self.request.headers.get("Content-Type", ""), bytes(self.body),
+                                    self.max_bytes)
+        try:
+            if not sent.taken:
+                return self.answer(service.store.refuse(self.user, sent.filename, sent.size, sent.message,
+                                                        settings.max_refused_per_hour), sent.status)
+            request = service.store.submit(self.user, sent.assignment, sent.notebook, sent.filename, sent.content,
+                                           service.policies.for_assignment(sent.assignment), settings.max_waiting,
+                                           settings.max_refused_per_hour)
+        except TooManyRefused as refused:
+            raise web.HTTPError(429, "%s", refused.message) from None  # "%s": a file name may hold a %
+        self.answer(request, 202 if request.state == "queued" else 429)
+
+    def answer(self, request: Request, status: int) -> None:
         """JSON for a program; for a browser's form, the request's page."""
-        if form:
+        if self.form:
             return self.redirect(url_path_join(self.service.prefix, "requests", request.id), status=303)
         self.write_view(request, status)
 
@@ -227,7 +253,12 @@ class AdminPage(Handler):
     def get(self) -> None:
         if not self.admin:
             raise web.HTTPError(403, "This page is for the Hub's admins.")
-        self.page("check_admin.html.j2", requests=self.service.store.every())
+        number = self.get_argument("page", "1")
+        if not (number.isascii() and number.isdigit() and len(number) <= 9 and int(number) >= 1):
+            raise web.HTTPError(404, "No such page: pages are numbered 1, 2, 3...")
+        number = int(number)
+        found = self.service.store.every(PER_PAGE + 1, (number - 1) * PER_PAGE)
+        self.page("check_admin.html.j2", requests=found[:PER_PAGE], number=number, older=len(found) > PER_PAGE)
 
 
 def make_app(root: Path, prefix: str, cookie_secret: bytes) -> web.Application:
@@ -241,12 +272,6 @@ def make_app(root: Path, prefix: str, cookie_secret: bytes) -> web.Application:
         (url_path_join(prefix, "admin"), AdminPage),
         (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
     ], service=service, cookie_secret=cookie_secret)
-
-
-def body_limit(settings) -> int:
-    """The largest body the server reads: room for a notebook over the limit, so that it is
-    answered with a message that says so, not a dropped connection."""
-    return 4 * settings.max_notebook_mb * 2**20 + 2**20
 
 
 def cookie_secret(root: Path) -> bytes:
@@ -272,7 +297,7 @@ def serve(root: Path) -> None:
     service = app.settings["service"]
     pipeline.isolation_for(service.course)  # no sandbox: say so now, not in every worker
     where = urlparse(url)
-    app.listen(where.port or 80, address=where.hostname or "", max_body_size=body_limit(service.policies.settings))
+    app.listen(where.port or 80, address=where.hostname or "", max_body_size=OTHER_BODIES)
     supervisor = Supervisor(root, service.policies, service.store)
     supervisor.start()
     ioloop.PeriodicCallback(supervisor.tick, 500).start()

@@ -4,15 +4,18 @@ Each request is graded as ``autograder grade`` grades a submitted notebook (pref
 the sandbox, the trusted comparison: :func:`autograder.grading.grade_notebook`), with a sandbox
 that stays warm between requests. The result goes into the store; nothing goes into the
 gradebook, since a check is not a submission. A grader error (never a student's mistake, which
-grading turns into an item's status) gives the request back to the queue and starts a fresh
-sandbox. The process dies with the service that started it (``PR_SET_PDEATHSIG``), so that a
-restarted service never shares its requests with a worker of its former life.
+grading turns into an item's status) is logged with the request's id and student, gives the
+request back to the queue (or answers it as failed, its notebook kept, after ``max_attempts``
+tries: :func:`autograder.service.supervisor.give_back`) and starts a fresh sandbox. The process
+dies with the service that started it (``PR_SET_PDEATHSIG``), so that a restarted service never
+shares its requests with a worker of its former life.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -27,6 +30,7 @@ from autograder.errors import GradingError
 from autograder.grading import Assignment, Course
 from autograder.service.policy import Policies
 from autograder.service.store import Request, Store
+from autograder.service.supervisor import give_back
 
 PR_SET_PDEATHSIG = 1
 IDLE_POLL_S = 0.2
@@ -86,10 +90,12 @@ def work(root: Path, name: str) -> None:
             try:
                 result = grade_request(assignments, request, sandbox)
             except Exception:  # noqa: BLE001 - a grader error costs only this request
-                print(f"Worker {name}: grading request {request.id} of {request.user} failed:", file=sys.stderr)
+                print(f"Worker {name}: the grader failed on request {request.id} of {request.user} "
+                      f"({request.assignment}, try {request.attempts}):", file=sys.stderr)
                 traceback.print_exc()
                 policies.load()
-                store.give_back({name}, policies.settings.max_attempts)
+                give_back(course.root, store, {name}, policies.settings.max_attempts,
+                          f"the grader raised an error in worker {name} (its traceback is above)")
                 sandbox.close()
                 sandbox = runner.Worker(grading.run_settings(course.settings), isolation)
                 continue
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
+    logging.basicConfig(level=logging.INFO, format="[autograder worker %(asctime)s] %(message)s")
     work(Path(args.course), args.name)
 
 
