@@ -83,3 +83,17 @@ def test_validate_passes_the_solution_and_fails_the_blank_with_the_notebook_mess
     assert blank.returncode != 0
     assert "FAILED  softmax_stable_test: CheckFailed: TODO: softmax_stable is not written yet" in blank.stdout
     assert not ok.stderr and not blank.stderr, ok.stderr + blank.stderr   # only results: no kernel log
+
+
+def test_a_fault_of_the_grader_is_logged_for_the_instructor_and_flagged_for_the_ta(tmp_path):
+    """What grading does when the grader itself raises on a notebook (no known notebook makes it):
+    the traceback goes to reports/<assignment>/grader_faults.log, and the flag says where."""
+    from autograder.faults import LOG_NAME, log_fault
+
+    try:
+        {}["cells"]
+    except KeyError as error:
+        flag = log_fault(tmp_path / "01_attention_basics", "ada", "grading attention_basics.ipynb", error)
+    log = (tmp_path / "01_attention_basics" / LOG_NAME).read_text()
+    assert "ada: grading attention_basics.ipynb" in log and "KeyError: 'cells'" in log
+    assert "failed while grading attention_basics.ipynb (KeyError)" in flag and f"01_attention_basics/{LOG_NAME}" in flag

@@ -31,6 +31,7 @@ from autograder.service import intake, store
 
 A, NB = "01_attention_basics", "attention_basics"
 EXAMPLES = 1000
+INTAKE_EXAMPLES = 300
 STARTS = {name: json.loads((tools.REPO_ROOT / name / A / f"{NB}.ipynb").read_text()) for name in ("release", "source")}
 TYPED = ["metadata", "source", "outputs", "cell_type", "execution_count", "id", "attachments", "metadata.nbgrader",
          "metadata.tags", "metadata.nbgrader.grade_id", "metadata.nbgrader.solution", "metadata.nbgrader.grade",
@@ -174,7 +175,7 @@ def posts(draw) -> tuple[str, bytes]:
     return f"multipart/form-data; boundary={boundary}", form
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+@settings(max_examples=INTAKE_EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(post=posts())
 def test_the_services_intake_answers_every_post(course, post):
