@@ -8,8 +8,8 @@ student's own call, so the judgement rests on what ran and not on what the code 
   tensor (the inputs, the output, a tile per batch and head) is far smaller;
 * no max, sum or softmax over more numbers than a tile's row or a feature vector holds
   (:func:`widest_allowed`): a reduction over a whole row of keys needs that row in memory;
-* under the causal mask, as many exponentials as the key blocks that are not wholly in the future
-  need (:class:`WorkJudge`);
+* under the causal mask, no more exponentials and matrix products than the key blocks that are not
+  wholly in the future need (:class:`WorkJudge`): fewer never cost;
 * after the forward of the autograd Function, nothing kept alive but what q, k, v, the output
   and the log-sum-exp take (:func:`kept_problem`).
 
@@ -32,9 +32,9 @@ SPREAD = 60.0
 reach hundreds while its neighbours' stay near 1, so one maximum shared by both rows underflows."""
 
 WORK_TOLERANCE = 0.03
-"""How far the share of exponentials a causal call computes may stray from the share of tiles
-it must visit: one key block too many, or too few, per query block moves it by 0.09 or more at the
-sizes the checks use."""
+"""How far above the share of tiles it must visit the share of work a causal call does may be: one
+key block too many per query block moves it up by 0.09 or more at the sizes the checks use. Below,
+there is no bound: an answer that trims the diagonal tiles does less than the reference, rightly."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,9 @@ def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: 
                                  f"{case.block_q * case.block_k} per batch and head.", catalog.BY_NAME[whole])
     widest = int(record.get(f"{prefix}.widest", torch.tensor(0)))
     if widest > widest_allowed(case):
-        return Verdict("failed", f"{call} took a max, a sum or a softmax along {widest} numbers at once, more than a "
-                                 f"tile's row of block_k={case.block_k} keys: a whole row of keys was in memory.",
+        return Verdict("failed", f"{call} combined {widest} numbers into one at once (a max, a sum, a softmax or a "
+                                 f"matrix product along them), more than a tile's row of block_k={case.block_k} keys: "
+                                 f"a whole row of keys was in memory.",
                        catalog.BY_NAME["full_row_reduction"])
     return None
 
@@ -143,9 +144,11 @@ class MemoryJudge:
 
 @dataclass
 class WorkJudge:
-    """Under the causal mask, a call (``call``) exponentiates the ``share`` of the numbers it
-    exponentiates without the mask (within :data:`WORK_TOLERANCE`), the share of the tiles it must
-    visit; a share that is one of the ``candidates`` (each mistake's) is named."""
+    """Under the causal mask, a call (``call``) does at most the ``share`` of the work it does without
+    the mask (within :data:`WORK_TOLERANCE`), the share of the tiles it must visit: counted as the
+    numbers it exponentiates and as the products its matrix products sum, in-place or not, so that
+    a call cannot hide the work of the tiles it should skip in one of them. A share that is one of
+    the ``candidates`` (each mistake's) is named."""
 
     call: str
     case: TileCase
@@ -154,6 +157,7 @@ class WorkJudge:
 
     def __call__(self, record, value, values: bool) -> Verdict:
         full, causal = int(record["full.exponentials"]), int(record["causal.exponentials"])
+        full_products, causal_products = (int(record.get(f"{name}.multiplies", 0)) for name in ("full", "causal"))
         largest = tuple(record["causal.largest"].tolist())
         if largest and math.prod(largest) >= full_matrix(self.case):   # no tiles to skip: one mistake, not two
             return Verdict("failed", f"{self.call} builds a tensor of shape {largest} under the causal mask, the whole "
@@ -163,14 +167,16 @@ class WorkJudge:
             return Verdict("failed", f"{self.call} computed no exponentials (torch.exp) without the mask, so the work "
                                      "of its tiles cannot be counted: compute each tile's weights with torch.exp.")
         got = causal / full
-        if abs(got - self.share) <= WORK_TOLERANCE:
-            return Verdict("passed", f"Correct: with causal=True it computes {got:.0%} of the scores it computes "
-                                     f"without the mask: the key blocks wholly in the future are skipped.")
-        mistake = min(self.candidates, key=lambda m: abs(self.candidates[m] - got))
-        named = mistake if abs(self.candidates[mistake] - got) <= WORK_TOLERANCE else None
-        return Verdict("failed", f"{self.call} exponentiates {causal} numbers with causal=True and {full} without: "
-                                 f"{got:.0%}. Skipping every key block that starts at or after the end of its query "
-                                 f"block leaves {self.share:.0%} of the tiles to compute.", named)
+        worst = max(got, causal_products / full_products if full_products else 0.0)
+        if worst <= self.share + WORK_TOLERANCE:
+            return Verdict("passed", f"Correct: with causal=True it does {worst:.0%} of the work it does without the "
+                                     f"mask, at most the {self.share:.0%} of the tiles not wholly in the future.")
+        mistake = min(self.candidates, key=lambda m: abs(self.candidates[m] - worst))
+        named = mistake if abs(self.candidates[mistake] - worst) <= WORK_TOLERANCE else None
+        return Verdict("failed", f"{self.call} does {worst:.0%} of its work with causal=True that it does without: "
+                                 f"{causal} exponentials against {full}, {causal_products} products of matrix products "
+                                 f"against {full_products}. Skipping every key block that starts at or after the end "
+                                 f"of its query block leaves {self.share:.0%} of the tiles to compute.", named)
 
 
 @dataclass

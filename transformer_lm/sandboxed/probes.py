@@ -301,7 +301,8 @@ def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cal
                       backward: bool = False) -> dict[str, torch.Tensor]:
     """Calls ``fn(q, k, v, causal=..., **call_kwargs)`` without the causal mask and with it, each
     under a :class:`TensorTrace`, and records how many numbers each call exponentiated
-    (``full.exponentials``, ``causal.exponentials``: the scores it computed) and the shape of the
+    (``full.exponentials``, ``causal.exponentials``: the scores it computed), how many products its
+    matrix products summed (``full.multiplies``, ``causal.multiplies``) and the shape of the
     largest tensor each created (``full.largest``, ``causal.largest``). With ``backward``, ``fn``
     is a ``torch.autograd.Function``, called as ``fn.apply(q, k, v, causal, *call_kwargs.values())``,
     and what is traced is its backward pass (of a gradient of ones)."""
@@ -317,7 +318,7 @@ def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cal
             with torch.no_grad(), trace_tensors() as trace:
                 fn(*arguments, causal=causal, **(call_kwargs or {}))
         totals = trace.record(name)
-        record.update({key: totals[key] for key in (f"{name}.exponentials", f"{name}.largest")})
+        record.update({key: totals[key] for key in (f"{name}.exponentials", f"{name}.multiplies", f"{name}.largest")})
     return record
 
 
@@ -488,15 +489,34 @@ COURSE_CODE_CELL = -1
 """What a trace records for a frame of the course's code: it owns the calls made inside it."""
 
 
-REDUCTIONS = frozenset({"amax", "amin", "max", "min", "sum", "mean", "prod", "logsumexp", "argmax", "argmin",
-                        "var", "std", "norm", "linalg_vector_norm", "nansum"})
+REDUCTIONS = frozenset({"amax", "amin", "aminmax", "max", "min", "sum", "nansum", "mean", "nanmean", "prod",
+                        "logsumexp", "special_logsumexp", "argmax", "argmin", "var", "std", "var_mean", "std_mean",
+                        "norm", "linalg_vector_norm", "linalg_norm", "frobenius_norm", "median", "nanmedian", "mode",
+                        "kthvalue", "all", "any", "count_nonzero"})
 """ATen reductions: they combine the numbers along the dimensions they are given (all without one)."""
-ALONG_A_DIMENSION = frozenset({"_softmax", "_log_softmax", "cumsum", "cumprod", "cummax", "cummin",
-                               "logcumsumexp", "sort", "topk"})
-"""ATen operators that combine the numbers along one dimension (their second argument) without
-removing it: each output number depends on the whole of that dimension."""
-EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "_softmax"})
-"""ATen operators that exponentiate: the work an attention does per score it computes."""
+ALONG_A_DIMENSION = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax", "softmax",
+                               "log_softmax", "special_softmax", "special_log_softmax", "cumsum", "cumprod", "cummax",
+                               "cummin", "logcumsumexp", "sort", "topk", "renorm"})
+"""ATen operators that combine the numbers along one dimension without removing it: each output
+number depends on the whole of that dimension."""
+DIM_POSITION = {"norm": 2, "linalg_vector_norm": 2, "linalg_norm": 2, "topk": 2, "kthvalue": 2, "renorm": 2}
+"""Where an operator takes its dimension, when not second (after the tensor): after ``p`` or ``k``."""
+EXPONENTIALS = frozenset({"exp", "exp2", "expm1", "_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax",
+                          "softmax", "log_softmax", "sigmoid", "tanh", "softplus", "log_sigmoid_forward", "logsumexp",
+                          "logcumsumexp", "logaddexp", "logaddexp2", "special_expit", "special_exp2",
+                          "special_expm1", "special_logsumexp", "special_softmax", "special_log_softmax"})
+"""ATen operators that exponentiate (each number of their input, once): the work an attention does
+per score it computes. An in-place variant (``exp_``) or one that writes into ``out=`` counts the same."""
+MATMULS = {"mm": 0, "bmm": 0, "matmul": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
+           "addmv": 1}
+"""ATen matrix products, each with the position of its first matrix: every number of the output
+sums that matrix's last dimension of products (a tile's scores: ``d``; a tile's values: ``block_k``)."""
+
+
+def operator_name(func) -> str:
+    """An ATen operator's name without the trailing ``_`` of its in-place variant (``exp_`` is ``exp``)."""
+    name = func.overloadpacket.__name__
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
 # The trace's accounting (below, to TensorTrace) runs while a student's code is on the stack, and
@@ -526,22 +546,42 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _reduced_length(name: str, args, kwargs: dict, _isinstance=isinstance, _tensor=torch.Tensor,
-                    _reductions=REDUCTIONS, _along=ALONG_A_DIMENSION, _len=len, _int=int, _dims=(int, list, tuple),
-                    _range=range, _max=max) -> int:
-    """The longest dimension the operator ``name`` combined numbers along (0 for operators
-    that combine none): for ``amax(scores, -1)`` the number of keys; for a max over a whole
-    tile, its longest side."""
+                    _reductions=REDUCTIONS, _along=ALONG_A_DIMENSION, _positions=DIM_POSITION, _matmuls=MATMULS,
+                    _len=len, _int=int, _dims=(int, list, tuple), _range=range, _max=max) -> int:
+    """The most numbers the operator ``name`` combined into one: for ``amax(scores, -1)`` the number
+    of keys; for a max over a whole tile, its longest side; for a matrix product, the length of the
+    sums of products it makes (``scores @ ones`` sums a whole row of scores). 0 for operators that
+    combine none."""
+    if name in _matmuls:
+        first = args[_matmuls[name]] if _len(args) > _matmuls[name] else None
+        return first.shape[-1] if _isinstance(first, _tensor) and first.dim() else 0
     source = args[0] if args and _isinstance(args[0], _tensor) else None
     if source is None or not (name in _reductions or name in _along):
         return 0
     if source.dim() == 0:
         return 1
-    position = 2 if name in ("norm", "linalg_vector_norm") else 1
+    position = _positions.get(name, 1)
     dim = kwargs.get("dim", args[position] if _len(args) > position else None)
     if _isinstance(dim, _tensor) or (dim is not None and not _isinstance(dim, _dims)):
         return 0   # a binary form (max of two tensors), not a reduction
     dims = _range(source.dim()) if dim is None or dim == [] else [dim] if _isinstance(dim, _int) else dim
-    return _max(source.shape[d] for d in dims)
+    rank = source.dim()
+    return _max((source.shape[d] for d in dims if _isinstance(d, _int) and -rank <= d < rank), default=0)
+
+
+def _work(name: str, args, outputs: list, _isinstance=isinstance, _tensor=torch.Tensor, _exponentials=EXPONENTIALS,
+          _matmuls=MATMULS, _reduced_length=_reduced_length, _sum=sum, _max=max) -> tuple[int, int]:
+    """How many numbers the operator ``name`` exponentiated, and how many products of two numbers
+    its matrix product summed (0 for other operators)."""
+    made = _sum(out.numel() for out in outputs)
+    if name in _exponentials:
+        first = args[0] if args and _isinstance(args[0], _tensor) else None
+        return _max(made, first.numel() if first is not None else 0), 0
+    if name == "pow" and args and not _isinstance(args[0], _tensor):
+        return made, 0   # a number raised to a tensor: 2 ** x
+    if name in _matmuls:
+        return 0, made * _reduced_length(name, args, {})
+    return 0, 0
 
 
 class TraceTotals:
@@ -556,6 +596,8 @@ class TraceTotals:
       keys runs along ``T_k``; over a tile, along ``block_k``, and a max of the whole tile along its
       longest side);
     * ``exponentials``: how many numbers were exponentiated (the scores an attention computed);
+    * ``multiplies``: how many products of two numbers matrix products summed (a tile's scores,
+      and its values weighted);
     * ``saved``: the shapes of the tensors autograd saved for a backward pass (a custom
       Function's ``save_for_backward`` included).
     """
@@ -567,20 +609,21 @@ class TraceTotals:
         self.peak = 0
         self.widest = 0
         self.exponentials = 0
+        self.multiplies = 0
         self.saved: list[tuple[int, ...]] = []
 
     def operator(self, func, args, kwargs: dict, result, _tensors_in=_tensors_in, _list=list, _max=max,
-                 _reduced_length=_reduced_length, _exponentials=EXPONENTIALS, _isinstance=isinstance,
-                 _tensor=torch.Tensor, _sum=sum) -> list:
+                 _reduced_length=_reduced_length, _work=_work, _name=operator_name) -> list:
         """Counts what one operator's call made; returns the storages it counted as new, which count
         until they are freed (:meth:`freed`)."""
-        name = func.overloadpacket.__name__
+        name = _name(func)
         given = {t.untyped_storage().data_ptr() for t in _tensors_in(_list(args) + _list(kwargs.values()))}
         outputs = _tensors_in(result)
         created = [storage for out in outputs if (storage := self._created(out, given)) is not None]
         self.widest = _max(self.widest, _reduced_length(name, args, kwargs))
-        if name in _exponentials or (name == "pow" and not _isinstance(args[0], _tensor)):
-            self.exponentials += _sum(out.numel() for out in outputs)
+        exponentials, multiplies = _work(name, args, outputs)
+        self.exponentials += exponentials
+        self.multiplies += multiplies
         return created
 
     def _created(self, tensor: torch.Tensor, given: set[int], _numel=_numel, _tuple=tuple, _max=max,
@@ -607,7 +650,7 @@ class TraceTotals:
             del self.live[pointer]
             self.live_bytes -= size
 
-    NAMES = ("largest", "peak", "live_bytes", "widest", "exponentials", "saved")
+    NAMES = ("largest", "peak", "live_bytes", "widest", "exponentials", "multiplies", "saved")
 
     def value(self, name: str, _error=AttributeError, _getattr=getattr):
         """One of the totals (:data:`NAMES`), by name."""
@@ -621,11 +664,12 @@ class TraceTotals:
     def record(self, prefix: str, _collect=gc.collect, _tensor=torch.tensor, _long=torch.long,
                _enumerate=enumerate) -> dict[str, torch.Tensor]:
         """The totals as a probe's record: ``<prefix>.largest`` (a shape), ``.peak``, ``.live``,
-        ``.widest``, ``.exponentials`` and ``.saved.<i>`` (shapes)."""
+        ``.widest``, ``.exponentials``, ``.multiplies`` and ``.saved.<i>`` (shapes)."""
         _collect(1)  # tensors held only by a reference cycle just made are not kept (the young generations suffice)
         record = {f"{prefix}.largest": _tensor(self.largest, dtype=_long),
                   f"{prefix}.peak": _tensor(self.peak), f"{prefix}.live": _tensor(self.live_bytes),
-                  f"{prefix}.widest": _tensor(self.widest), f"{prefix}.exponentials": _tensor(self.exponentials)}
+                  f"{prefix}.widest": _tensor(self.widest), f"{prefix}.exponentials": _tensor(self.exponentials),
+                  f"{prefix}.multiplies": _tensor(self.multiplies)}
         record.update({f"{prefix}.saved.{i}": _tensor(shape, dtype=_long) for i, shape in _enumerate(self.saved)})
         return record
 

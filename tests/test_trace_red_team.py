@@ -1,0 +1,187 @@
+"""Assignment 05's trace against answers written to slip past it, and correct answers written
+another way: each evasion is refused by the visible check it cheats on (the same trace and judges
+the grader uses in its sandbox), and each correct variant passes every check.
+
+The evasions hide a whole row of scores in an operator that is not called a reduction (a matrix
+product with ones, ``kthvalue``, ``topk``, ``aminmax``, ``nanmean``), or do the work of the tiles a
+causal mask lets them skip through operators that were not counted (``sigmoid``, in-place ``exp_``,
+matrix products whose exponentials are skipped). The correct variants exponentiate in place, work
+in float64, multiply tiles with ``einsum``, trim the diagonal tiles (less work than the
+reference), or accumulate in place.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from live_checks import visible
+from transformer_lm.judging import CheckFailed
+
+TILED_CHECKS = (("flash_forward", "values"), ("flash_memory", "memory"), ("causal_skipping", "work"))
+
+
+def tiled(exp=torch.exp, product=torch.matmul, dtype=None, trim=False, future=None, in_place=False):
+    """A student's tiled forward: ``exp`` and ``product`` as given, computed in ``dtype``; ``trim``
+    leaves out the keys of a diagonal tile that every query of the tile has in its future;
+    ``future(s, vb)``, when given, is what it does with each tile a causal mask lets it skip (an
+    evasion that does the work and throws it away); ``in_place`` accumulates with ``mul_``/``add_``."""
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        q_, k_, v_ = ((t.to(dtype) if dtype else t) for t in (q, k, v))
+        t_q, t_k, scale = q.shape[-2], k.shape[-2], q.shape[-1] ** -0.5
+        out = q_.new_empty(*q.shape[:-1], v.shape[-1])
+        lse = q_.new_empty(q.shape[:-1])
+        for qs in range(0, t_q, block_q):
+            qb = q_[..., qs:qs + block_q, :]
+            m = q_.new_full(qb.shape[:-1], float("-inf"))
+            total = q_.new_zeros(qb.shape[:-1])
+            acc = q_.new_zeros(*qb.shape[:-1], v.shape[-1])
+            stop = min(t_k, qs + qb.shape[-2]) if causal else t_k
+            for ks in range(0, t_k, block_k):
+                if ks >= stop:
+                    if future is not None:
+                        future(product(qb, k_[..., ks:ks + block_k, :].transpose(-2, -1)), v_[..., ks:ks + block_k, :])
+                    continue
+                end = min(ks + block_k, qs + qb.shape[-2]) if causal and trim else ks + block_k
+                kb, vb = k_[..., ks:end, :], v_[..., ks:end, :]
+                s = product(qb, kb.transpose(-2, -1)) * scale                       # (..., bq, bk)
+                if causal:
+                    rows = torch.arange(qs, qs + qb.shape[-2]).unsqueeze(-1)
+                    s = s.masked_fill(torch.arange(ks, ks + kb.shape[-2]) > rows, float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1))
+                safe = torch.where(torch.isneginf(m_new), 0.0, m_new)
+                p, alpha = exp(s - safe.unsqueeze(-1)), exp(m - safe)
+                if in_place:
+                    total.mul_(alpha).add_(p.sum(-1))
+                    acc.mul_(alpha.unsqueeze(-1)).add_(product(p, vb))
+                else:
+                    total = total * alpha + p.sum(-1)
+                    acc = acc * alpha.unsqueeze(-1) + product(p, vb)
+                m = m_new
+            out[..., qs:qs + block_q, :] = acc / total.unsqueeze(-1)
+            lse[..., qs:qs + block_q] = m + torch.log(total)
+        return out.to(q.dtype), lse.to(q.dtype)
+    return flash_forward
+
+
+def exp_in_place(t):
+    return t.exp_()
+
+
+def exp_by_sigmoid(t):
+    """exp(x) = sigmoid(x) / (1 - sigmoid(x)): an exponential under another name."""
+    s = torch.sigmoid(t)
+    return s / (1 - s)
+
+
+def einsum_product(a, b):
+    return torch.einsum("...ij,...jk->...ik", a, b)
+
+
+def softmax_with(row_max, row_sum):
+    """An online softmax whose maximum and sum over a whole row are ``row_max(x)`` and ``row_sum(e)``."""
+    def online_softmax(scores, block):
+        e = torch.exp(scores - row_max(scores).unsqueeze(-1))
+        return e / row_sum(e).unsqueeze(-1)
+    return online_softmax
+
+
+def max_by_blocks(scores, block=4):
+    """A row's maximum from one maximum per block (the honest part of the evasions below)."""
+    m = scores[..., :block].amax(-1)
+    for start in range(block, scores.shape[-1], block):
+        m = torch.maximum(m, scores[..., start:start + block].amax(-1))
+    return m
+
+
+def sum_by_blocks(e, block=4):
+    return sum(e[..., start:start + block].sum(-1) for start in range(0, e.shape[-1], block))
+
+
+def row_at_a_time(q, k, v, causal=False, block_q=16, block_k=16):
+    """A block of queries against every key at once, its sums made by matrix products: no tensor of
+    T_q x T_k numbers and no operator called a reduction over a row."""
+    out, lse = [], []
+    for qs in range(0, q.shape[-2], block_q):
+        s = q[..., qs:qs + block_q, :] @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if causal:
+            rows = torch.arange(qs, qs + s.shape[-2]).unsqueeze(-1)
+            s = s.masked_fill(torch.arange(k.shape[-2]) > rows, float("-inf"))
+        m = max_by_blocks(s, block_k)
+        e = torch.exp(s - m.unsqueeze(-1))
+        total = e @ torch.ones(k.shape[-2])
+        out.append((e @ v) / total.unsqueeze(-1))
+        lse.append(m + torch.log(total))
+    return torch.cat(out, -2), torch.cat(lse, -1)
+
+
+EVASIONS = {
+    # a whole row of scores combined at once, by operators not called reductions
+    "softmax_sum_by_matmul": ("online_softmax", softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
+    "softmax_max_by_kthvalue": ("online_softmax", softmax_with(lambda s: s.kthvalue(s.shape[-1], -1).values,
+                                                               sum_by_blocks)),
+    "softmax_max_by_topk": ("online_softmax", softmax_with(lambda s: s.topk(1, -1).values[..., 0], sum_by_blocks)),
+    "softmax_max_by_aminmax": ("online_softmax", softmax_with(lambda s: torch.aminmax(s, dim=-1).max,
+                                                              sum_by_blocks)),
+    "softmax_sum_by_nanmean": ("online_softmax", softmax_with(max_by_blocks,
+                                                              lambda e: torch.nanmean(e, -1) * e.shape[-1])),
+    "softmax_max_by_median_of_sorted": ("online_softmax", softmax_with(lambda s: s.sort(-1).values[..., -1],
+                                                                       sum_by_blocks)),
+    "forward_row_at_a_time": ("flash_memory", row_at_a_time),
+    # the work of the future tiles done anyway, out of sight of the count of exponentials
+    "future_tiles_through_sigmoid": ("causal_skipping",
+                                     tiled(future=lambda s, vb: exp_by_sigmoid(s - s.amax(-1, keepdim=True)) @ vb)),
+    "future_tiles_exp_in_place": ("causal_skipping", tiled(future=lambda s, vb: exp_in_place(s - 1) @ vb)),
+    "future_tiles_products_only": ("causal_skipping", tiled(future=lambda s, vb: (s * 0) @ vb)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVASIONS))
+def test_every_evasion_is_refused_by_the_check_it_cheats_on(name):
+    group, answer = EVASIONS[name]
+    function = "online_softmax" if group == "online_softmax" else "flash_forward"
+    with pytest.raises(CheckFailed):
+        visible(group, function)(answer)
+
+
+CORRECT = {
+    "exp_in_place": tiled(exp=exp_in_place),
+    "float64_inside": tiled(dtype=torch.float64),
+    "einsum_tiles": tiled(product=einsum_product),
+    "trimmed_diagonal": tiled(trim=True),
+    "accumulates_in_place": tiled(in_place=True),
+    "everything_at_once": tiled(exp=exp_in_place, product=einsum_product, dtype=torch.float64, trim=True,
+                                in_place=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_every_correct_variant_passes_every_check(name):
+    for group, _ in TILED_CHECKS:
+        visible(group, "flash_forward")(CORRECT[name])
+
+
+@pytest.mark.parametrize("name", ["exp_in_place", "float64", "blocks_of_three"])
+def test_correct_online_softmax_variants_pass(name):
+    def online_softmax(scores, block):
+        x = scores.double() if name == "float64" else scores
+        step = 3 if name == "blocks_of_three" and block >= 3 else block
+        m = max_by_blocks(x, step)
+        e = (x - m.unsqueeze(-1)).exp_() if name == "exp_in_place" else torch.exp(x - m.unsqueeze(-1))
+        return (e / sum_by_blocks(e, step).unsqueeze(-1)).to(scores.dtype)
+    visible("online_softmax", "online_softmax")(online_softmax)
+
+
+@pytest.mark.parametrize("route", ["flash = torch.compile(flash_forward)", "scripted = torch.jit.script(flash_forward)",
+                                   "out = torch._C._nn.scaled_dot_product_attention(q, k, v)",
+                                   "from torch.utils._mode_utils import no_dispatch"])
+def test_code_that_compiles_or_calls_torchs_c_bindings_is_flagged_before_it_runs(route):
+    """What runs compiled, or straight through torch's C bindings, may not pass the dispatcher's
+    Python modes: an answer that does either is marked tampered (and flagged), while the correct
+    variants' code is not."""
+    import inspect
+
+    from autograder.preflight import tampering
+
+    assert tampering(route)
+    assert not tampering(inspect.getsource(tiled))
