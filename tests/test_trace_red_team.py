@@ -2,10 +2,12 @@
 another way: each evasion is refused by the visible check it cheats on (the same trace and judges
 the grader uses in its sandbox), and each correct variant passes every check.
 
-The evasions hide a whole row of scores in an operator that is not called a reduction (a matrix
-product with ones, ``kthvalue``, ``topk``, ``aminmax``, ``nanmean``), or do the work of the tiles a
-causal mask lets them skip through operators that were not counted (``sigmoid``, in-place ``exp_``,
-matrix products whose exponentials are skipped). The correct variants exponentiate in place, work
+The evasions keep the whole score matrix in a buffer that no operator of the call created (a
+global, a closure's, one grown with ``resize_``), written with ``out=`` and worked on in place;
+hide a whole row of scores in an operator that is not called a reduction (a matrix product with
+ones, ``kthvalue``, ``topk``, ``aminmax``, ``nanmean``); or do the work of the tiles a causal mask
+lets them skip through operators that were not counted (``sigmoid``, in-place ``exp_``, matrix
+products whose exponentials are skipped). The correct variants exponentiate in place, work
 in float64, multiply tiles with ``einsum``, trim the diagonal tiles (less work than the
 reference), or accumulate in place.
 """
@@ -115,7 +117,50 @@ def row_at_a_time(q, k, v, causal=False, block_q=16, block_k=16):
     return torch.cat(out, -2), torch.cat(lse, -1)
 
 
+def in_a_buffer(buffer_of):
+    """A forward that keeps every score of a (batch, head) in a buffer it did not create in the call
+    (``buffer_of(t_q, t_k)`` gives it), written at once with ``out=`` and then worked on in place
+    and a tile at a time, so that no operator creates a tensor as large as the score matrix."""
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        out, lse = q.new_empty(*q.shape[:-1], v.shape[-1]), q.new_empty(q.shape[:-1])
+        for b in range(q.shape[0]):
+            for h in range(q.shape[1]):
+                s = buffer_of(t_q, t_k)
+                torch.matmul(q[b, h], k[b, h].transpose(0, 1), out=s)
+                s.mul_(q.shape[-1] ** -0.5)
+                if causal:
+                    for qs in range(0, t_q, block_q):
+                        rows = torch.arange(qs, min(qs + block_q, t_q)).unsqueeze(-1)
+                        s[qs:qs + block_q].masked_fill_(torch.arange(t_k) > rows, float("-inf"))
+                m = max_by_blocks(s, block_k)
+                s.sub_(m.unsqueeze(-1)).exp_()
+                total = sum_by_blocks(s, block_k)
+                acc = q.new_zeros(t_q, v.shape[-1])
+                for ks in range(0, t_k, block_k):
+                    acc.add_(s[:, ks:ks + block_k] @ v[b, h, ks:ks + block_k])
+                out[b, h], lse[b, h] = acc / total.unsqueeze(-1), m + torch.log(total)
+        return out, lse
+    return flash_forward
+
+
+GLOBAL_BUFFER = torch.empty(1024 * 1024)
+
+
+def in_a_closure():
+    kept = torch.empty(1024 * 1024)
+    return in_a_buffer(lambda t_q, t_k: kept[:t_q * t_k].view(t_q, t_k))
+
+
+def grown_with_resize(t_q, t_k):
+    return torch.empty(0).resize_(t_q, t_k)
+
+
 EVASIONS = {
+    # the whole score matrix kept, but never created by an operator during the call
+    "scores_in_a_global_buffer": ("flash_memory", in_a_buffer(lambda t_q, t_k: GLOBAL_BUFFER[:t_q * t_k].view(t_q, t_k))),
+    "scores_in_a_closures_buffer": ("flash_memory", in_a_closure()),
+    "scores_in_a_buffer_grown_with_resize": ("flash_memory", in_a_buffer(grown_with_resize)),
     # a whole row of scores combined at once, by operators not called reductions
     "softmax_sum_by_matmul": ("online_softmax", softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
     "softmax_max_by_kthvalue": ("online_softmax", softmax_with(lambda s: s.kthvalue(s.shape[-1], -1).values,

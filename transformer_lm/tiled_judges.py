@@ -96,6 +96,13 @@ def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: 
                                  f"(T_q, T_k) = ({case.seq_q}, {case.seq_k}) matrix of one batch and head "
                                  f"({full_matrix(case)}) or more. A tile of scores holds block_q x block_k = "
                                  f"{case.block_q * case.block_k} per batch and head.", catalog.BY_NAME[whole])
+    held = int(record.get(f"{prefix}.held", 0))
+    if held >= full_matrix(case):
+        return Verdict("failed", f"{call} reaches a tensor of {held} numbers outside its arguments (a buffer made "
+                                 f"before the call, in a global, a closure or an attribute), as many as the whole "
+                                 f"(T_q, T_k) = ({case.seq_q}, {case.seq_k}) matrix of one batch and head or more: "
+                                 f"filled a tile at a time, it still holds every score at once.",
+                       catalog.BY_NAME[whole])
     widest = int(record.get(f"{prefix}.widest", torch.tensor(0)))
     if widest > widest_allowed(case):
         return Verdict("failed", f"{call} combined {widest} numbers into one at once (a max, a sum, a softmax or a "

@@ -21,6 +21,7 @@ import builtins
 import contextlib
 import gc
 import sys
+import types
 import weakref
 from types import SimpleNamespace
 
@@ -284,8 +285,9 @@ def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
 def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
                  call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     """Calls ``fn(*inputs, **call_kwargs)`` once without gradients, under a :class:`TensorTrace`,
-    and records what it returns, one value per name of ``parts`` (``["output", "lse"]``), and the
-    trace as ``trace.*``."""
+    and records what it returns, one value per name of ``parts`` (``["output", "lse"]``), the
+    trace as ``trace.*``, and as ``trace.held`` the largest tensor its code reaches outside its
+    arguments (:func:`held_by`)."""
     torch.manual_seed(0)
     arguments = [t.clone() for t in inputs.values()]
     with torch.no_grad(), trace_tensors() as trace:
@@ -294,7 +296,51 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     if len(values) != len(parts):
         raise ProbeError(f"The function returned {len(values)} value(s); expected "
                          f"{len(parts)}: {', '.join(parts)}")
-    return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace")}
+    return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace"),
+            "trace.held": torch.tensor(held_by(fn))}
+
+
+def held_by(fn, _isinstance=isinstance, _tensor=torch.Tensor, _function=types.FunctionType,
+            _code=types.CodeType, _module=types.ModuleType, _id=id, _max=max, _vars=vars, _type=type) -> int:
+    """The most numbers of one tensor or NumPy array that ``fn``'s code reaches outside its
+    arguments: the notebook's globals its code names, its closure, its defaults, and what those
+    hold (lists, dicts, objects' attributes, the functions and classes of the notebook they name).
+    A buffer made before the call and written a tile at a time holds the whole matrix all the same."""
+    seen, todo, largest, visits = set(), [(fn, 0)], 0, 0
+    home = getattr(fn, "__module__", None)
+    while todo and visits < 100_000:
+        value, depth = todo.pop()
+        if _id(value) in seen or depth > 5 or _isinstance(value, _module):
+            continue
+        seen.add(_id(value))
+        visits += 1
+        if _isinstance(value, _tensor):
+            largest = _max(largest, value.numel())
+        elif _type(value).__module__ == "numpy" and _isinstance(getattr(value, "size", None), int):
+            largest = _max(largest, value.size)
+        elif _isinstance(value, _function):
+            if value.__module__ not in (home, "__main__") and depth:
+                continue  # a library's function: not the student's to fill
+            codes, names = [value.__code__], set()
+            while codes:
+                code = codes.pop()
+                names.update(code.co_names)
+                codes += [c for c in code.co_consts if _isinstance(c, _code)]
+            todo += [(value.__globals__[n], depth + 1) for n in names if n in value.__globals__]
+            for cell in value.__closure__ or ():
+                with contextlib.suppress(ValueError):  # a cell not yet filled
+                    todo.append((cell.cell_contents, depth + 1))
+            todo += [(d, depth + 1) for d in (*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values())]
+        elif _isinstance(value, (list, tuple, set, frozenset)):
+            todo += [(item, depth + 1) for item in list(value)[:10_000]]
+        elif _isinstance(value, dict):
+            todo += [(item, depth + 1) for item in list(value.values())[:10_000]]
+        elif _isinstance(value, (staticmethod, classmethod)):
+            todo.append((value.__func__, depth))
+        elif hasattr(value, "__dict__") and (_type(value).__module__ in (home, "__main__")
+                                             or _isinstance(value, (type, torch.nn.Module))):
+            todo += [(item, depth + 1) for item in list(_vars(value).values())[:10_000]]
+    return largest
 
 
 def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call_kwargs: dict | None = None,
@@ -588,8 +634,9 @@ class TraceTotals:
     """What the tensors made while a block runs cost (the accounting of a :class:`TensorTrace`),
     from the operators that ran, whatever code made them (forward and backward passes alike):
 
-    * ``largest``: the shape of the largest tensor an operator created with new memory (a view
-      of an input, or a result written into one, holds none);
+    * ``largest``: the shape of the largest tensor an operator created with new memory, or wrote
+      in place or into ``out=`` (a view of an input holds no new memory, but a buffer made before
+      the call and filled at once holds as many numbers as it is written);
     * ``peak`` and ``live``: bytes of those tensors alive at once, at most and now (a tensor
       counts until it is freed: one kept in a list or on ``ctx`` stays counted);
     * ``widest``: the longest dimension a reduction ran along (a max or a sum over a whole row of
@@ -620,6 +667,9 @@ class TraceTotals:
         given = {t.untyped_storage().data_ptr() for t in _tensors_in(_list(args) + _list(kwargs.values()))}
         outputs = _tensors_in(result)
         created = [storage for out in outputs if (storage := self._created(out, given)) is not None]
+        if func._schema.is_mutable:  # written in place or into out=: a buffer made before the call holds it
+            for out in outputs:
+                self._written(out)
         self.widest = _max(self.widest, _reduced_length(name, args, kwargs))
         exponentials, multiplies = _work(name, args, outputs)
         self.exponentials += exponentials
@@ -641,6 +691,12 @@ class TraceTotals:
         self.live_bytes += size
         self.peak = _max(self.peak, self.live_bytes)
         return storage
+
+    def _written(self, tensor: torch.Tensor, _numel=_numel, _tuple=tuple) -> None:
+        """Counts the shape of ``tensor``, written in place (or grown with ``resize_``), among the
+        largest: its numbers are in memory at once, whoever allocated them."""
+        if tensor.numel() > _numel(self.largest):
+            self.largest = _tuple(tensor.shape)
 
     def freed(self, pointer: int) -> None:
         """Stops counting the storage at ``pointer`` once it is gone (its finalizer says so); one
