@@ -18,7 +18,8 @@ from transformer_lm import reference
 from transformer_lm.judging import RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
-from transformer_lm.tiled_judges import SPREAD, FunctionJudge, MemoryJudge, SoftmaxJudge, TileCase, WorkJudge
+from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, SoftmaxJudge, TileCase,
+                                         WorkJudge)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -127,8 +128,10 @@ def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws(
 @dataclass(frozen=True)
 class CausalWorkCheck:
     """Under the causal mask, ``object`` computes the scores of the key blocks that are not wholly
-    in a query block's future, and no others: it exponentiates that share of the numbers it
-    exponentiates without the mask (:func:`tile_share`, within :data:`transformer_lm.tiled_judges.WORK_TOLERANCE`). With
+    in a query block's future, and no others: it does at most that share of the work it does
+    without the mask (:func:`tile_share`, within :data:`transformer_lm.tiled_judges.WORK_TOLERANCE`).
+    The mistakes it names are those that do more; one that does less (a block too few) gives wrong
+    values, which the forward's own check names. With
     ``backward``, ``object`` is the autograd Function and its backward pass is counted: it
     recomputes the weights of the same tiles. A call that builds the whole score matrix is named for that, the mistake the memory check charges: with
     its answer charged there, one mistake costs points once."""
@@ -140,7 +143,8 @@ class CausalWorkCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         case, tensors = self.case, self.case.tensors(generator)
         share = tile_share(case)
-        candidates = {mistake: tile_share(case, mistake.flaws) for mistake in catalog.tiling_mistakes("work")}
+        candidates = {mistake: tile_share(case, mistake.flaws) for mistake in catalog.tiling_mistakes("work")
+                      if tile_share(case, mistake.flaws) > share + WORK_TOLERANCE}
         options = {"block_q": case.block_q, "block_k": case.block_k}
         call = f"{self.object}(q, k, v of T={case.seq_q}, block_q={case.block_q}, block_k={case.block_k})"
         if self.backward:
