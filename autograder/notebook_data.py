@@ -27,9 +27,7 @@ SHOWN_CHARS = 40
 """How much of a student's text (a cell id, a type name) a repair's description quotes."""
 NBFORMAT_MINOR = 5
 CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-CELL_KEYS = {"code": ("id", "cell_type", "metadata", "execution_count", "source", "outputs"),
-             "markdown": ("id", "cell_type", "metadata", "attachments", "source"),
-             "raw": ("id", "cell_type", "metadata", "attachments", "source")}
+CELL_TYPES = ("code", "markdown", "raw")
 NBGRADER_FIELDS = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str,
                    "points": float, "schema_version": int, "checksum": str, "cell_type": str}
 """nbgrader's cell metadata and the type of each field (``points``: a finite number, 0 or more)."""
@@ -135,7 +133,7 @@ def read_notebook(path: Path, notes: list[str] | None = None) -> tuple[dict | No
 
 
 class Repairs:
-    """What cleaning changed, in words, each kind of repair counted once per cell."""
+    """What cleaning changed, in words: where, and what was wrong there."""
 
     def __init__(self):
         self.notes: list[str] = []
@@ -185,7 +183,7 @@ def clean_cell(cell: dict, index: int, repairs: Repairs) -> dict:
     """The notebook's ``index``-th cell with the fields its type allows, each of the right type."""
     where = f"cell {index + 1}"
     kind = cell.get("cell_type")
-    if not isinstance(kind, str) or kind not in CELL_KEYS:
+    if kind not in CELL_TYPES:
         repairs.add(where, f"cell_type {shown(kind)} is not code, markdown or raw; read as a raw cell (not run)")
         kind = "raw"
     source = cell.get("source", "")

@@ -71,6 +71,10 @@ class Preflight:
     def answer(self, grade_id: str) -> Cell | None:
         return next((c for c in self.cells if c.grade_id == grade_id and c.role == "answer"), None)
 
+    @property
+    def code_cells(self) -> list[Cell]:
+        return [c for c in self.cells if c.cell_type == "code"]
+
 
 def source_text(source) -> str:
     """A cell's source as one string (nbformat keeps it as a string or a list of lines)."""

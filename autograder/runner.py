@@ -312,7 +312,7 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
     cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
     ``stand_ins`` come after the last cell, in ``late``, and in ``stages`` by their course's code.
     """
-    cells = [c for c in pre.cells if c.cell_type == "code"]
+    cells = pre.code_cells
     stand_ins, course_code = stand_ins or {}, course_code or {}
     answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
     late = [pid for pid in prepared if pid in stand_ins]
@@ -371,7 +371,7 @@ class _Attempts:
     def __init__(self, pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
                  worker: Worker, stand_ins: dict[str, list[str]], course_code: dict[str, dict]):
         self.worker, self.prepared, self.course_code = worker, prepared, course_code
-        self.cells = [c for c in pre.cells if c.cell_type == "code"]
+        self.cells = pre.code_cells
         self.plan, self.tensors = plan_of(pre, prepared, probe_cells, stand_ins, course_code)
         self.owner = {pid: probe_cells[pid] for pid in prepared}
         self.result = RunResult()

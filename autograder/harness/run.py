@@ -55,11 +55,11 @@ def describe(error: BaseException) -> dict:
     them could carry a hidden input out (the trusted side shows the line from the submitted cell).
     A probe's message counts as the probe's only when no student code is on its traceback: student
     code can import ProbeError and raise it with any text."""
-    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(error.__traceback__)]
-    if isinstance(error, probes.ProbeError) and all(name.startswith(TRUSTED_FILES) for name in frames):
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if isinstance(error, probes.ProbeError) and all(f.f_code.co_filename.startswith(TRUSTED_FILES) for f, _ in frames):
         return {"error": str(error.args[0])[:MAX_MESSAGE], "kind": "probe"}
     where = None
-    for frame, line in traceback.walk_tb(error.__traceback__):
+    for frame, line in frames:
         match = guard.CELL_FILE.match(frame.f_code.co_filename)
         if match:
             where = [int(match.group(1)), line]

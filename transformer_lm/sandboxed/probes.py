@@ -615,10 +615,11 @@ def _reduced_length(name: str, args, kwargs: dict, _isinstance=isinstance, _tens
     return _max((source.shape[d] for d in dims if _isinstance(d, _int) and -rank <= d < rank), default=0)
 
 
-def _work(name: str, args, outputs: list, _isinstance=isinstance, _tensor=torch.Tensor, _exponentials=EXPONENTIALS,
-          _matmuls=MATMULS, _reduced_length=_reduced_length, _sum=sum, _max=max) -> tuple[int, int]:
+def _work(name: str, args, outputs: list, reduced: int, _isinstance=isinstance, _tensor=torch.Tensor,
+          _exponentials=EXPONENTIALS, _matmuls=MATMULS, _sum=sum, _max=max) -> tuple[int, int]:
     """How many numbers the operator ``name`` exponentiated, and how many products of two numbers
-    its matrix product summed (0 for other operators)."""
+    its matrix product summed, each of ``reduced`` of them (:func:`_reduced_length`); 0 for other
+    operators."""
     made = _sum(out.numel() for out in outputs)
     if name in _exponentials:
         first = args[0] if args and _isinstance(args[0], _tensor) else None
@@ -626,7 +627,7 @@ def _work(name: str, args, outputs: list, _isinstance=isinstance, _tensor=torch.
     if name == "pow" and args and not _isinstance(args[0], _tensor):
         return made, 0   # a number raised to a tensor: 2 ** x
     if name in _matmuls:
-        return 0, made * _reduced_length(name, args, {})
+        return 0, made * reduced
     return 0, 0
 
 
@@ -669,32 +670,31 @@ class TraceTotals:
         created = [storage for out in outputs if (storage := self._created(out, given)) is not None]
         if func._schema.is_mutable:  # written in place or into out=: a buffer made before the call holds it
             for out in outputs:
-                self._written(out)
-        self.widest = _max(self.widest, _reduced_length(name, args, kwargs))
-        exponentials, multiplies = _work(name, args, outputs)
+                self._largest(out)
+        reduced = _reduced_length(name, args, kwargs)
+        self.widest = _max(self.widest, reduced)
+        exponentials, multiplies = _work(name, args, outputs, reduced)
         self.exponentials += exponentials
         self.multiplies += multiplies
         return created
 
-    def _created(self, tensor: torch.Tensor, given: set[int], _numel=_numel, _tuple=tuple, _max=max,
-                 _ref=weakref.ref):
+    def _created(self, tensor: torch.Tensor, given: set[int], _max=max, _ref=weakref.ref):
         """Counts ``tensor`` if its memory is new: not an input's (a view of one, or one written
         in place) nor a tensor's already counted; returns its storage then."""
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()
         if tensor.numel() == 0 or pointer in given or pointer in self.live:
             return None
-        if tensor.numel() > _numel(self.largest):
-            self.largest = _tuple(tensor.shape)
+        self._largest(tensor)
         size = storage.nbytes()
         self.live[pointer] = (size, _ref(storage))
         self.live_bytes += size
         self.peak = _max(self.peak, self.live_bytes)
         return storage
 
-    def _written(self, tensor: torch.Tensor, _numel=_numel, _tuple=tuple) -> None:
-        """Counts the shape of ``tensor``, written in place (or grown with ``resize_``), among the
-        largest: its numbers are in memory at once, whoever allocated them."""
+    def _largest(self, tensor: torch.Tensor, _numel=_numel, _tuple=tuple) -> None:
+        """Counts the shape of ``tensor`` (created, or written in place or grown with ``resize_``)
+        among the largest: its numbers are in memory at once, whoever allocated them."""
         if tensor.numel() > _numel(self.largest):
             self.largest = _tuple(tensor.shape)
 
