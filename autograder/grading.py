@@ -42,7 +42,7 @@ from autograder.spec import STYLE, Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
 from transformer_lm.prepared import Prepared
-from transformer_lm.sandboxed.probes import COURSE_CODE_CELL
+from transformer_lm.sandboxed.probes import COURSE_CODE_CELL, UNTRACED
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
 NOT_WRITTEN = "Not written yet"
@@ -449,6 +449,13 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
     failed = replace(passed, status="failed")
     for pid in pids:
         outcome = run.outcomes[pid]
+        if UNTRACED in outcome.ran:
+            note = (f"Tampering: while answer {item.answer_id!r} was checked, a torch function made a tensor while no "
+                    "operator passed the grader's trace: the dispatcher's tracing was turned off around it.")
+            if note not in flags:
+                flags.append(note)
+            return replace(failed, status="tampered", message="While it was checked, the answer computed with "
+                           "PyTorch's dispatcher hidden from the grader, which then cannot see what it ran or held.")
         used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells,
                               charged | {COURSE_CODE_CELL})
         unseen = [] if outcome.ran else found_by_witness(item.forbids, outcome.witnessed)
@@ -551,7 +558,11 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
             second = _run(assignment, pre, late, worker)
             run.outcomes.update(second.outcomes)
             run.tampering += second.tampering
+            run.refused += second.refused
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
+        pre.flags.extend(f"Refused: while it was graded, the notebook's code tried {what}, which a grading run does not "
+                         "allow (a process, a thread or a memory map); the call raised PermissionError."
+                         for what in dict.fromkeys(run.refused))
     results: dict[str, ItemResult] = {}
     for item in items:
         results[item.grade_id] = judge_item(item, notebook, assignment, pre, run, results)

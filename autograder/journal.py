@@ -49,6 +49,10 @@ def steps(plan: dict) -> Iterator[tuple[str, object]]:
         yield from (("probe", pid) for pid in stage if pid not in skip_probes)
 
 
+MAX_REFUSED = 20
+"""Refusals kept from one run: enough to tell the instructor what the code tried."""
+
+
 @dataclass
 class Reading:
     """What a run's journal says, as far as it keeps to the plan."""
@@ -70,6 +74,8 @@ class Reading:
     done: bool = False
     tampered: str = ""
     """Why the journal cannot be believed, when it cannot."""
+    refused: list[str] = field(default_factory=list)
+    """What the run's code tried and the sandbox refused (audit events: ``os.fork``, ``mmap.__new__``)."""
 
     @property
     def last_step(self) -> tuple[str, object] | None:
@@ -91,6 +97,10 @@ def read(events: list[dict], plan: dict) -> Reading:
         if name in ("tampered", "garbled"):
             reading.tampered = str(event.get("what") or event.get("why") or name)[:300]
             return reading
+        if name == "refused":
+            if len(reading.refused) < MAX_REFUSED:
+                reading.refused.append(str(event.get("what"))[:60])
+            continue
         step = reading.open_step
         if step is None:
             following = next(expected, None)

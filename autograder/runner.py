@@ -76,14 +76,15 @@ class ProbeOutcome:
 
 @dataclass
 class RunResult:
-    """The outcomes of all probe calls, the cells that failed, what the run printed, and why it
-    was stopped as tampered (each time it was)."""
+    """The outcomes of all probe calls, the cells that failed, what the run printed, why it was
+    stopped as tampered (each time it was), and what its code tried that the sandbox refused."""
 
     outcomes: dict[str, ProbeOutcome] = field(default_factory=dict)
     cell_problems: dict[int, str] = field(default_factory=dict)
     output: str = ""
     attempts: int = 0
     tampering: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
 
 def sandbox_library(folder: Path) -> Path:
@@ -384,6 +385,7 @@ class _Attempts:
                                       self.stages())
         self.result.output += reply.output
         reading = journal.read(self.worker.events(read), self.plan)
+        self.result.refused += reading.refused
         code = _exit_code(reply)
         if reading.done and code == 0 and not reading.tampered:
             self._record(reading, read)

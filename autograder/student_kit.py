@@ -35,7 +35,7 @@ STUDENT_FILES = (
     "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "measure.py", "grader_check.py",
     "random_weights.py", "data/visible_checks.safetensors",
     "sandboxed/__init__.py", "sandboxed/probes.py", "sandboxed/test_values.py", "sandboxed/viz.py",
-    "sandboxed/decoder.py", "sandboxed/data/test_values.safetensors",
+    "sandboxed/decoder.py", "sandboxed/outside.py", "sandboxed/data/test_values.safetensors",
 )
 """The files of ``transformer_lm`` that students receive. The reference, the mistakes' code, the
 kinds of check and the visible checks' table (which prepare with the reference) stay here."""

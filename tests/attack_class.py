@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import demo
 from hostile_class import add_cell, replace
 
 A = "05_efficient_attention"
@@ -348,6 +349,35 @@ HIDE = {
 }
 
 
+# Keeping every score where the trace of torch's operators does not look: the answer's own tiled
+# forward runs, behind a wrapper that first keeps the whole matrix (or starts a process). It keeps
+# the scores only without the causal mask, so that it does no work a causal call would skip.
+KEEPING = '''
+
+_tiled_forward = flash_forward
+
+
+def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    rows = [] if causal else [q[..., s:s + block_q, :] @ k.transpose(-2, -1) for s in range(0, q.shape[-2], block_q)]
+    {keep}
+    return _tiled_forward(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+'''
+KEEP = {
+    "t27_scores_in_numpy": ("import numpy\n    kept = numpy.concatenate([r.numpy() for r in rows], axis=-2) if rows else None", False),
+    "t28_scores_as_bytes": ("kept = [r.numpy().tobytes() for r in rows]", False),
+    "t29_full_at_large_t_only": ("kept = q @ k.transpose(-2, -1) if q.shape[-2] > 1024 else None", False),
+    "t30_child_process": ("import subprocess, sys\n    subprocess.run([sys.executable, '-c', 'pass'])", True),
+    "t31_memory_map": ("import mmap\n    kept = mmap.mmap(-1, 4 * sum(r.numel() for r in rows))", True),
+    "t33_tracemalloc_off": ("import numpy, tracemalloc\n    tracemalloc.stop()\n"
+                            "    kept = numpy.concatenate([r.numpy() for r in rows], axis=-2) if rows else None", False),
+    "t32_dispatch_off": ("with getattr(getattr(torch, '_' + 'C'), '_Disable' + 'TorchDispatch')():\n"
+                         "        kept = q @ k.transpose(-2, -1)", True),
+}
+"""Each with whether the grader flags it: a process, a memory map and the dispatcher's tracing
+turned off are seen as they happen; the rest lose flash_memory, measured at T=4096 (switching
+``tracemalloc`` off is refused, and the call fails)."""
+
+
 def attacks(good: dict, blank: dict) -> list[Attack]:
     found = []
     for name, source in INTERFERENCE.items():
@@ -366,6 +396,9 @@ def attacks(good: dict, blank: dict) -> list[Attack]:
     for name, after, flagged in (("t17_forge_and_return", "pass", True), ("t18_forge_and_die", "os._exit(0)", False)):
         notebook = add_cell(replace(good, "flash_forward", FORGING_FLASH), FORGE.format(after=after), "flash_forward")
         found.append(Attack(name, notebook, lost={"flash_forward"}, flagged=flagged))
+    for name, (keep, flagged) in KEEP.items():
+        notebook = demo.with_answer(good, "flash_forward", lambda source, keep=keep: source + KEEPING.format(keep=keep))
+        found.append(Attack(name, notebook, lost={"flash_memory"}, flagged=flagged))
     for name, (before, hide) in HIDE.items():
         found.append(Attack(name, replace(good, "flash_forward", MEMORY_FLASH.format(before=before, hide=hide)),
                             lost={"flash_memory"}))

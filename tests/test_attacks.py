@@ -64,7 +64,7 @@ def test_an_attack_earns_nothing(graded, attack):
         assert items[gid]["status"] in attack_class.NOT_PASSED, (gid, items[gid])
         assert items[gid]["score"] == 0, (gid, items[gid])
     if case.flagged:
-        assert any(flag.split(": ", 1)[-1].startswith(("Tampering", "Forbidden call")) for flag in report["flags"]), \
+        assert any(flag.split(": ", 1)[-1].startswith(("Tampering", "Forbidden call", "Refused")) for flag in report["flags"]), \
             report["flags"]
 
 

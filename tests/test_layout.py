@@ -74,7 +74,7 @@ def test_no_module_of_either_package_imports_itself_back():
 
 SANDBOX_SIDE = {"transformer_lm", "transformer_lm.sandboxed", "transformer_lm.sandboxed.probes",
                 "transformer_lm.sandboxed.test_values", "transformer_lm.sandboxed.viz",
-                "transformer_lm.sandboxed.decoder"}
+                "transformer_lm.sandboxed.decoder", "transformer_lm.sandboxed.outside"}
 
 
 def test_the_sandbox_library_holds_only_the_sandboxed_folder(tmp_path):

@@ -1,23 +1,36 @@
 """Assignment 05's trace against answers written to slip past it, and correct answers written
-another way: each evasion is refused by the visible check it cheats on (the same trace and judges
-the grader uses in its sandbox), and each correct variant passes every check.
+another way: each evasion is refused by the visible test cell of what it cheats on (the same
+trace, measures and judges the grader uses in its sandbox, inside ``forbidding`` as the notebook
+runs it), for what it did; each correct variant passes every check.
 
 The evasions keep the whole score matrix in a buffer that no operator of the call created (a
 global, a closure's, one grown with ``resize_``), written with ``out=`` and worked on in place;
-hide a whole row of scores in an operator that is not called a reduction (a matrix product with
-ones, ``kthvalue``, ``topk``, ``aminmax``, ``nanmean``); or do the work of the tiles a causal mask
-lets them skip through operators that were not counted (``sigmoid``, in-place ``exp_``, matrix
-products whose exponentials are skipped). The correct variants exponentiate in place, work
-in float64, multiply tiles with ``einsum``, trim the diagonal tiles (less work than the
-reference), or accumulate in place.
+keep it outside torch's tensors (a NumPy array, Python bytes, a memory map), in another process,
+in a tensor made only at a large T, or while the dispatcher's Python modes are off; hide a whole
+row of scores in an operator that is not called a reduction (a matrix product with ones,
+``kthvalue``, ``topk``, ``aminmax``, ``nanmean``); do the work of the tiles a causal mask lets
+them skip through operators that were not counted (``sigmoid``, in-place ``exp_``, matrix products
+whose exponentials are skipped); or call a private kernel of the forbidden softmax or attention by
+a name built at run time. The correct variants exponentiate in place, work in float64, multiply
+tiles with ``einsum``, trim the diagonal tiles (less work than the reference), accumulate in place,
+run the loops the other way round, or use smaller tiles than asked.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import torch
 
 from live_checks import visible
+from transformer_lm import reference
+from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding
 from transformer_lm.judging import CheckFailed
 
 TILED_CHECKS = (("flash_forward", "values"), ("flash_memory", "memory"), ("causal_skipping", "work"))
@@ -156,40 +169,196 @@ def grown_with_resize(t_q, t_k):
     return torch.empty(0).resize_(t_q, t_k)
 
 
+def as_the_test_cell(group: str, answer) -> None:
+    """The notebook's visible test cell of ``group`` on ``answer``: the stored check, inside
+    ``forbidding`` with what the exercise forbids, as the cell runs it."""
+    function = {"online_softmax": "online_softmax", "backward_memory": "FlashAttention"}.get(group, "flash_forward")
+    with forbidding(answer, SOFTMAX if group == "online_softmax" else SOFTMAX + LIBRARY_ATTENTION):
+        visible(group, function)(answer)
+
+
+HONEST = tiled()
+
+
+def keeping(keep):
+    """The honest tiled forward, which first keeps what ``keep(q, k, block_q)`` returns (every score
+    of the call, somewhere the trace of torch's operators does not look) until it returns."""
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        kept = keep(q, k, block_q)
+        result = HONEST(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+        del kept
+        return result
+    return flash_forward
+
+
+def score_rows(q, k, block_q):
+    """The scores of each block of queries against every key: never a (T, T) tensor at once."""
+    return [q[..., s:s + block_q, :] @ k.transpose(-2, -1) for s in range(0, q.shape[-2], block_q)]
+
+
+def in_numpy(q, k, block_q):
+    kept = np.empty((*q.shape[:-1], k.shape[-2]), dtype=np.float32)
+    for s, rows in zip(range(0, q.shape[-2], block_q), score_rows(q, k, block_q)):
+        kept[..., s:s + block_q, :] = rows.numpy()
+    return kept
+
+
+def in_a_memory_map(q, k, block_q):
+    kept = mmap.mmap(-1, 4 * q.shape[:-1].numel() * k.shape[-2])
+    for s, rows in zip(range(0, q.shape[-2], block_q), score_rows(q, k, block_q)):
+        start = 4 * rows[..., 0, 0].numel() * s * k.shape[-2]
+        kept[start:start + 4 * rows.numel()] = rows.numpy().tobytes()
+    return kept
+
+
+def only_at_a_large_t(q, k, block_q):
+    """The whole matrix, but only where no check with a trace was thought to look."""
+    return q @ k.transpose(-2, -1) if q.shape[-2] > 1024 else None
+
+
+def in_a_child_process(q, k, block_q):
+    """Every score computed and held by another program, whose memory is not the call's."""
+    code = "import sys, numpy as n; a = n.frombuffer(sys.stdin.buffer.read(), 'f4'); print((a @ a).shape)"
+    return subprocess.run([sys.executable, "-c", code], input=q.numpy().tobytes(), capture_output=True, check=True)
+
+
+def forked(q, k, block_q):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)   # a child that would hold the matrix
+    os.waitpid(pid, 0)
+
+
+def dispatch_turned_off(q, k, block_q):
+    """The whole matrix made while the dispatcher's Python modes are off (a name built at run time)."""
+    with getattr(getattr(torch, "_" + "C"), "_Disable" + "TorchDispatch")():
+        return q @ k.transpose(-2, -1)
+
+
+class BackwardInNumpy(reference.FlashAttention):
+    """The course's tiled Function, whose backward first builds every score in NumPy."""
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k = (t.detach().numpy() for t in ctx.saved_tensors[:2])
+        kept = np.matmul(q, k.swapaxes(-1, -2))   # (B, H, T_q, T_k)
+        del kept
+        return reference.FlashAttention.backward(ctx, grad_out)
+
+
+def library_softmax(kernel: str):
+    """An online softmax that hands each row to a private kernel of PyTorch's softmax, by a name
+    built at run time."""
+    def online_softmax(scores, block):
+        return getattr(torch.ops.aten, kernel)(scores, -1, False) if kernel == "_softmax" else \
+            getattr(torch.ops.aten, kernel)(scores, -1)
+    return online_softmax
+
+
+def library_attention(kernel: str):
+    """A forward that hands the call to one of PyTorch's private attention kernels."""
+    def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+        widened = torch.nn.functional.pad(v, (0, q.shape[-1] - v.shape[-1]))   # the kernel wants one head size
+        out = getattr(torch.ops.aten, kernel)(q, k, widened, is_causal=causal)[0][..., :v.shape[-1]]
+        return out, HONEST(q, k, v, causal=causal, block_q=block_q, block_k=block_k)[1]
+    return flash_forward
+
+
+TENSOR, ROW, COMBINED, WORK = "created a tensor of shape", "took a max or a sum along", "combined", "work with causal=True"
+OUTSIDE, PROCESS, UNTRACED, FORBIDDEN = "outside torch's tensors", "started 1 process", "dispatcher hidden", "while it was checked"
+"""What the message of the check an evasion meets says: it was refused for what it did."""
+
 EVASIONS = {
     # the whole score matrix kept, but never created by an operator during the call
-    "scores_in_a_global_buffer": ("flash_memory", in_a_buffer(lambda t_q, t_k: GLOBAL_BUFFER[:t_q * t_k].view(t_q, t_k))),
-    "scores_in_a_closures_buffer": ("flash_memory", in_a_closure()),
-    "scores_in_a_buffer_grown_with_resize": ("flash_memory", in_a_buffer(grown_with_resize)),
+    "scores_in_a_global_buffer": ("flash_memory", TENSOR,
+                                  in_a_buffer(lambda t_q, t_k: GLOBAL_BUFFER[:t_q * t_k].view(t_q, t_k))),
+    "scores_in_a_closures_buffer": ("flash_memory", TENSOR, in_a_closure()),
+    "scores_in_a_buffer_grown_with_resize": ("flash_memory", TENSOR, in_a_buffer(grown_with_resize)),
     # a whole row of scores combined at once, by operators not called reductions
-    "softmax_sum_by_matmul": ("online_softmax", softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
-    "softmax_max_by_kthvalue": ("online_softmax", softmax_with(lambda s: s.kthvalue(s.shape[-1], -1).values,
-                                                               sum_by_blocks)),
-    "softmax_max_by_topk": ("online_softmax", softmax_with(lambda s: s.topk(1, -1).values[..., 0], sum_by_blocks)),
-    "softmax_max_by_aminmax": ("online_softmax", softmax_with(lambda s: torch.aminmax(s, dim=-1).max,
-                                                              sum_by_blocks)),
-    "softmax_sum_by_nanmean": ("online_softmax", softmax_with(max_by_blocks,
-                                                              lambda e: torch.nanmean(e, -1) * e.shape[-1])),
-    "softmax_max_by_median_of_sorted": ("online_softmax", softmax_with(lambda s: s.sort(-1).values[..., -1],
-                                                                       sum_by_blocks)),
-    "forward_row_at_a_time": ("flash_memory", row_at_a_time),
+    "softmax_sum_by_matmul": ("online_softmax", ROW, softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
+    "softmax_max_by_kthvalue": ("online_softmax", ROW,
+                                softmax_with(lambda s: s.kthvalue(s.shape[-1], -1).values, sum_by_blocks)),
+    "softmax_max_by_topk": ("online_softmax", ROW, softmax_with(lambda s: s.topk(1, -1).values[..., 0], sum_by_blocks)),
+    "softmax_max_by_aminmax": ("online_softmax", ROW, softmax_with(lambda s: torch.aminmax(s, dim=-1).max,
+                                                                   sum_by_blocks)),
+    "softmax_sum_by_nanmean": ("online_softmax", ROW,
+                               softmax_with(max_by_blocks, lambda e: torch.nanmean(e, -1) * e.shape[-1])),
+    "softmax_max_by_median_of_sorted": ("online_softmax", ROW,
+                                        softmax_with(lambda s: s.sort(-1).values[..., -1], sum_by_blocks)),
+    "forward_row_at_a_time": ("flash_memory", COMBINED, row_at_a_time),
     # the work of the future tiles done anyway, out of sight of the count of exponentials
-    "future_tiles_through_sigmoid": ("causal_skipping",
+    "future_tiles_through_sigmoid": ("causal_skipping", WORK,
                                      tiled(future=lambda s, vb: exp_by_sigmoid(s - s.amax(-1, keepdim=True)) @ vb)),
-    "future_tiles_exp_in_place": ("causal_skipping", tiled(future=lambda s, vb: exp_in_place(s - 1) @ vb)),
-    "future_tiles_products_only": ("causal_skipping", tiled(future=lambda s, vb: (s * 0) @ vb)),
+    "future_tiles_exp_in_place": ("causal_skipping", WORK, tiled(future=lambda s, vb: exp_in_place(s - 1) @ vb)),
+    "future_tiles_products_only": ("causal_skipping", WORK, tiled(future=lambda s, vb: (s * 0) @ vb)),
+    # the whole score matrix kept outside torch's operators, or out of their sight
+    "scores_in_a_numpy_array": ("flash_memory", OUTSIDE, keeping(in_numpy)),
+    "scores_in_a_memory_map": ("flash_memory", OUTSIDE, keeping(in_a_memory_map)),
+    "backward_scores_in_numpy": ("backward_memory", OUTSIDE, BackwardInNumpy),
+    "scores_as_python_bytes": ("flash_memory", OUTSIDE,
+                               keeping(lambda q, k, b: [r.numpy().tobytes() for r in score_rows(q, k, b)])),
+    "scores_only_at_a_large_t": ("flash_memory", TENSOR, keeping(only_at_a_large_t)),
+    "scores_in_a_child_process": ("flash_memory", PROCESS, keeping(in_a_child_process)),
+    "a_forked_child": ("flash_memory", PROCESS, keeping(forked)),
+    "scores_with_the_dispatch_mode_off": ("flash_memory", UNTRACED, keeping(dispatch_turned_off)),
+    # a forbidden kernel reached by a name no list of names holds
+    "softmax_by_its_safe_kernel": ("online_softmax", FORBIDDEN, library_softmax("_safe_softmax")),
+    "softmax_by_its_private_kernel": ("online_softmax", FORBIDDEN, library_softmax("_softmax")),
+    "attention_by_the_cpu_flash_kernel": ("flash_forward", FORBIDDEN,
+                                          library_attention("_scaled_dot_product_flash_attention_for_cpu")),
+    "attention_by_the_math_fallback": ("flash_forward", FORBIDDEN,
+                                       library_attention("_scaled_dot_product_attention_math")),
 }
 
 
 @pytest.mark.parametrize("name", sorted(EVASIONS))
 def test_every_evasion_is_refused_by_the_check_it_cheats_on(name):
-    group, answer = EVASIONS[name]
-    function = "online_softmax" if group == "online_softmax" else "flash_forward"
-    with pytest.raises(CheckFailed):
-        visible(group, function)(answer)
+    group, reason, answer = EVASIONS[name]
+    with pytest.raises(CheckFailed, match=re.escape(reason)):
+        as_the_test_cell(group, answer)
+
+
+def test_the_red_team_is_large_enough_in_every_class_of_hole():
+    classes = {"memory": {TENSOR, OUTSIDE, PROCESS, UNTRACED}, "reductions": {ROW, COMBINED}, "work": {WORK},
+               "forbidden routes": {FORBIDDEN}}
+    counts = {name: sum(reason in reasons for _, reason, _ in EVASIONS.values()) for name, reasons in classes.items()}
+    assert sum(counts.values()) == len(EVASIONS) >= 20 and min(counts.values()) >= 3, counts
+    assert len(CORRECT) + 3 >= 10   # with the three online softmax variants
+
+
+def key_blocks_outer(q, k, v, causal=False, block_q=16, block_k=16):
+    """The loops the other way round: each key block visits every query block, whose running
+    maximum, sum and output (as large as the output) wait between visits."""
+    t_q, t_k, scale = q.shape[-2], k.shape[-2], q.shape[-1] ** -0.5
+    m = q.new_full(q.shape[:-1], float("-inf"))
+    total = q.new_zeros(q.shape[:-1])
+    acc = q.new_zeros(*q.shape[:-1], v.shape[-1])
+    for ks in range(0, t_k, block_k):
+        kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
+        for qs in range(0, t_q, block_q):
+            if causal and ks >= qs + block_q:
+                continue   # every key of the block is in these queries' future
+            s = q[..., qs:qs + block_q, :] @ kb.transpose(-2, -1) * scale
+            if causal:
+                rows = torch.arange(qs, qs + s.shape[-2]).unsqueeze(-1)
+                s = s.masked_fill(torch.arange(ks, ks + kb.shape[-2]) > rows, float("-inf"))
+            rows = slice(qs, qs + block_q)
+            m_new = torch.maximum(m[..., rows], s.amax(-1))
+            p, alpha = torch.exp(s - m_new.unsqueeze(-1)), torch.exp(m[..., rows] - m_new)
+            total[..., rows] = total[..., rows] * alpha + p.sum(-1)
+            acc[..., rows, :] = acc[..., rows, :] * alpha.unsqueeze(-1) + p @ vb
+            m[..., rows] = m_new
+    return acc / total.unsqueeze(-1), m + torch.log(total)
+
+
+def half_tiles(q, k, v, causal=False, block_q=16, block_k=16):
+    """Tiles of its own shape: half as many keys as asked, so it combines fewer numbers at once."""
+    return HONEST(q, k, v, causal=causal, block_q=block_q, block_k=max(1, block_k // 2))
 
 
 CORRECT = {
+    "key_blocks_outer": key_blocks_outer,
+    "half_tiles": half_tiles,
     "exp_in_place": tiled(exp=exp_in_place),
     "float64_inside": tiled(dtype=torch.float64),
     "einsum_tiles": tiled(product=einsum_product),
@@ -203,7 +372,7 @@ CORRECT = {
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_every_correct_variant_passes_every_check(name):
     for group, _ in TILED_CHECKS:
-        visible(group, "flash_forward")(CORRECT[name])
+        as_the_test_cell(group, CORRECT[name])
 
 
 @pytest.mark.parametrize("name", ["exp_in_place", "float64", "blocks_of_three"])

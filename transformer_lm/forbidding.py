@@ -127,11 +127,20 @@ def forbidding(obj, forbids: tuple[str, ...], reuses: tuple = ()):
         return "helper" if id(frame.f_globals) in notebook else None
 
     runtime = runtime_names(forbids)
+    failed = None
     with probes.trace_calls(runtime, owner) as ran:
-        yield
+        try:
+            yield
+        except CheckFailed as problem:  # a forbidden call is named first: it is why the check failed
+            failed = problem
+    if probes.UNTRACED in ran:
+        raise CheckFailed(f"{name} made a tensor with PyTorch's dispatcher hidden from the check (its tracing "
+                          "turned off): the grader cannot see what such code runs or holds, and gives it no points.")
     made = sorted({runtime[call] for call, stacks in ran.items()
                    if any(next((who for who in stack if who != "helper"), None) == "own" for stack in stacks)})
     if made:
         raise CheckFailed(f"{name} ran {', '.join(made)} while it was checked: this exercise asks you to write it "
                           f"yourself, and the grader gives no points for an answer that calls it, whatever name "
                           f"reached it.")
+    if failed is not None:
+        raise failed

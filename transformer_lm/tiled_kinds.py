@@ -18,8 +18,8 @@ from transformer_lm import reference
 from transformer_lm.judging import RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
-from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, SoftmaxJudge, TileCase,
-                                         WorkJudge)
+from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, OutsideJudge,
+                                         SoftmaxJudge, TileCase, WorkJudge)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -86,7 +86,9 @@ class OnlineSoftmaxCheck:
 class FlashForwardCheck:
     """``object(q, k, v, causal=..., block_q=..., block_k=...) -> (output, lse)`` for ``case``.
     ``judges="values"`` compares both with exact attention, naming the catalogued mistakes;
-    ``judges="memory"`` judges only what the call held (:func:`transformer_lm.tiled_judges.memory_problem`)."""
+    ``judges="memory"`` judges only what the call's operators held (:func:`transformer_lm.tiled_judges.memory_problem`);
+    ``judges="outside"`` what it held outside torch's tensors, and the processes it started
+    (:class:`transformer_lm.tiled_judges.OutsideJudge`)."""
 
     object: str
     case: TileCase
@@ -96,6 +98,10 @@ class FlashForwardCheck:
         case, tensors = self.case, self.case.tensors(generator)
         q, k, v = tensors["q"], tensors["k"], tensors["v"]
         call = case.call(self.object)
+        if self.judges == "outside":
+            return Prepared(ProbeCall.of(probes.probe_outside_torch, {"fn": self.object},
+                                         {"inputs": {"q": q, "k": k, "v": v}, "call_kwargs": case.options}),
+                            OutsideJudge(call, case))
         expected = exact_attention(q, k, v, case.causal)
         candidates = {}
         if self.judges == "values":
@@ -170,7 +176,9 @@ class FlashFunctionCheck:
     """``object.apply(q, k, v, causal, block_q, block_k)`` for a ``torch.autograd.Function``:
     ``judges="gradients"`` compares the gradients of q, k and v with exact attention's;
     ``judges="memory"`` requires the forward to keep alive no more than q, k, v, the output and
-    the log-sum-exp take, and the backward to hold no ``T_q * T_k`` tensor nor a whole row."""
+    the log-sum-exp take, and the backward to hold no ``T_q * T_k`` tensor nor a whole row;
+    ``judges="outside"`` judges what the backward holds outside torch's tensors, and the
+    processes it starts (:class:`transformer_lm.tiled_judges.OutsideJudge`)."""
 
     object: str
     case: TileCase
@@ -180,6 +188,11 @@ class FlashFunctionCheck:
         case, tensors = self.case, self.case.tensors(generator)
         call = (f"{self.object}.apply(q, k, v, {case.causal}, {case.block_q}, {case.block_k}) with q of shape "
                 f"({case.batch}, {case.heads}, {case.seq_q}, {case.dim}) and {case.seq_k} keys")
+        if self.judges == "outside":
+            return Prepared(ProbeCall.of(probes.probe_outside_torch, {"fn": self.object},
+                                         {"inputs": {name: tensors[name] for name in "qkv"},
+                                          "apply_arguments": [case.causal, case.block_q, case.block_k]}),
+                            OutsideJudge(f"the backward of {call}", case, "backward_full_matrix"))
         expected_shape = (case.batch, case.heads, case.seq_q, case.dim_v)
         expected, candidates = {}, {}
         if self.judges == "gradients":

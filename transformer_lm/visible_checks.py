@@ -233,6 +233,10 @@ forward: float32 gradients of scores in the hundreds stray past the course's tol
 TILED_MEMORY_CASE = TileCase(1, 2, 160, 160, 8, 8, 16, 16, causal=True)
 """The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
 of one batch and head 256, and the output of every head 2,560."""
+TILED_LARGE_CASE = TileCase(1, 1, 4096, 4096, 4, 4, 256, 512)
+"""Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
+(64 MiB in float32), a tile 131,072, q, k and v 16,384 each. What the call holds outside torch's
+tensors is measured here."""
 
 
 def each(name: str, *kinds) -> list[Entry]:
@@ -247,11 +251,14 @@ def _efficient_attention() -> dict[str, list[Entry]]:
                                  OnlineSoftmaxCheck("online_softmax", 4, 50, 8)),
         "flash_forward": each("flash_forward", *(FlashForwardCheck("flash_forward", case)
                                                    for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE))),
-        "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory")),
+        "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
+                             FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "memory"),
+                             FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "outside")),
         "causal_skipping": each("flash_forward", CausalWorkCheck("flash_forward", TILED_MEMORY_CASE)),
         "flash_backward": each("FlashAttention.backward", *(FlashFunctionCheck("FlashAttention", case)
                                                               for case in TILED_VALUE_CASES)),
-        "backward_memory": each("FlashAttention", FlashFunctionCheck("FlashAttention", TILED_MEMORY_CASE, "memory"))
+        "backward_memory": each("FlashAttention", FlashFunctionCheck("FlashAttention", TILED_MEMORY_CASE, "memory"),
+                                FlashFunctionCheck("FlashAttention", TILED_LARGE_CASE, "outside"))
         + each("FlashAttention.backward", CausalWorkCheck("FlashAttention", TILED_MEMORY_CASE, backward=True)),
     }
 

@@ -7,7 +7,11 @@ shared by all rows underflows there). Memory and work are judged from a trace of
 own call in the sandbox (:mod:`transformer_lm.tiled_kinds`): at T=96 with tiles of 16 x 12, a
 tensor of T x T numbers, a reduction over a whole row of keys, a causal forward (or backward) that
 computes the key blocks in the future, or a forward that keeps more than q, k, v, the output and
-the log-sum-exp each lose their own item. Inputs come from the course's secret seed.
+the log-sum-exp each lose their own item. At T=4096, where the score matrix holds 16.8 million
+numbers, the forward is traced again, and what the forward and the backward each hold outside
+torch's tensors (NumPy arrays, Python objects, memory maps) is measured, with the processes they
+start. Inputs come from the
+course's secret seed.
 """
 
 from autograder.spec import Item
@@ -26,6 +30,7 @@ VALUES = (
 SPREAD = TileCase(2, 1, 33, 33, 8, 6, 6, 8, causal=True, spread=True)   # rows hundreds apart: forward only
 MEMORY = TileCase(2, 2, 96, 96, 8, 6, 16, 12)   # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 CAUSAL_MEMORY = TileCase(1, 3, 96, 96, 8, 8, 12, 16, causal=True)
+LARGE = TileCase(1, 1, 4096, 4096, 4, 4, 512, 256)   # T*T = 16.8 million (64 MiB in float32); a tile 131,072
 
 ITEMS = [
     Item("online_softmax", 2, (
@@ -39,6 +44,8 @@ ITEMS = [
     Item("flash_memory", 1, (
         FlashForwardCheck("flash_forward", MEMORY, "memory"),
         FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory"),
+        FlashForwardCheck("flash_forward", LARGE, "memory"),    # a tensor of the whole matrix only at a large T
+        FlashForwardCheck("flash_forward", LARGE, "outside"),   # NumPy arrays, Python lists, memory maps, processes
     ), forbids=TILED, answer="flash_forward"),
     Item("causal_skipping", 1, (
         CausalWorkCheck("flash_forward", CAUSAL_MEMORY),
@@ -49,6 +56,7 @@ ITEMS = [
     Item("backward_memory", 1, (
         FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory"),
         FlashFunctionCheck("FlashAttention", MEMORY, "memory"),
+        FlashFunctionCheck("FlashAttention", LARGE, "outside"),   # the backward, outside torch's tensors
         CausalWorkCheck("FlashAttention", CAUSAL_MEMORY, backward=True),   # the backward skips the same tiles
     ), forbids=TILED, answer="flash_backward", builds_on=("flash_forward",)),
 ]

@@ -47,7 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import outside, probes
 
 TAMPERED_EXIT = 87
 """The exit status of a run that its own code tried to tamper with."""
@@ -60,9 +60,9 @@ COURSE_CODE_COUNT = -1
 ATTACKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
                      "sys._current_frames"})
 """Audit events only an attack raises (besides every ``ctypes.*`` event)."""
-REFUSED = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
-                     "subprocess.Popen", "_thread.start_new_thread", "pty.spawn"})
-"""Audit events a grading run refuses: a run makes no processes and no threads."""
+REFUSED = outside.PROCESS_EVENTS | {"_thread.start_new_thread", "mmap.__new__"}
+"""Audit events a grading run refuses: a run makes no processes and no threads, and maps no memory
+(which no measure of what a call holds would count)."""
 FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 SWITCHES = ("_op_dk", "redispatch_boxed")
 """How an operator can be called past the dispatcher's own entry, for a dispatch key or key set
@@ -159,8 +159,8 @@ def _codes(objects) -> set[types.CodeType]:
 
 
 def _own(name: str) -> bool:
-    """Whether a module is the grader's: this package, or the probes."""
-    return name == __package__ or name.startswith(f"{__package__}.") or name == probes.__name__
+    """Whether a module is the grader's: this package, or the probes (with what they measure outside torch)."""
+    return name == __package__ or name.startswith(f"{__package__}.") or name in (probes.__name__, outside.__name__)
 
 
 def snapshot() -> tuple[tuple[dict, str, object], ...]:
@@ -366,7 +366,9 @@ def install(send) -> None:
         if event.startswith("ctypes.") or event in attacks:
             tamper(event)
         elif event in refused:
-            raise PermissionError(f"a grading run starts no processes or threads ({event})")
+            with contextlib.suppress(BaseException):
+                send("refused", what=event)
+            raise PermissionError(f"a grading run starts no processes or threads and maps no memory ({event})")
         elif event in ("object.__setattr__", "object.__delattr__") and args[1] in parts and (
                 args[1] == "__code__" or getattr(args[0], "__code__", None) in trusted):
             tamper(f"{event} {args[1]}")  # namedtuple sets its own functions' defaults: only the grader's are kept
@@ -381,10 +383,13 @@ def install(send) -> None:
 
 REFUSED_FUNCTIONS = {"_thread": ("start_new_thread", "start_new"), "_posixsubprocess": ("fork_exec",),
                      "_signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
-                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd")}
+                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
+                     "_tracemalloc": ("start", "stop", "clear_traces", "reset_peak")}
 """What a grading run has no use for, and that no audit event covers: starting a thread (its code
 would run beside the probes, outside their view), starting a program past ``subprocess``'s audit
-event, and handling signals (a handler runs in the middle of the grader's own code)."""
+event, handling signals (a handler runs in the middle of the grader's own code), and switching
+``tracemalloc``, which measures what a call holds outside torch
+(:mod:`transformer_lm.sandboxed.outside` keeps its own references)."""
 
 
 def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
@@ -406,7 +411,8 @@ def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
 
 def _refusal(name: str):
     def refused(*args, **kwargs):
-        raise PermissionError(f"a grading run starts no threads or programs and handles no signals ({name})")
+        raise PermissionError(f"a grading run starts no threads or programs, handles no signals and leaves "
+                              f"tracemalloc to the grader ({name})")
 
     return refused
 
@@ -414,9 +420,11 @@ def _refusal(name: str):
 def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
     """A torch-function mode and a dispatch mode that report each call of a function or ATen
     operator of ``names`` as it happens, with the execution counts of the notebook cells on the
-    stack (innermost first); frozen, and with nothing of their own to change."""
+    stack (innermost first), and each torch function that made a tensor while no operator passed
+    the dispatch mode, as :data:`~transformer_lm.sandboxed.probes.UNTRACED`; frozen, and with
+    nothing of their own to change."""
 
-    def note(name: str, _names=names, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
+    def note(name: str, _names=names | {probes.UNTRACED}, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
              _course=probes.COURSE_CODE_FILE, _int=int, _course_count=COURSE_CODE_COUNT) -> None:
         if name not in _names:
             return
@@ -430,13 +438,22 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
             frame = frame.f_back
         _send("ran", name=name, counts=counts)
 
+    operators = [0]  # how many the dispatch mode has seen: a function that made a tensor without one bypassed it
+
     class FunctionNames(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note, _getattr=getattr):
-            _note(_getattr(func, "__name__", ""))
-            return func(*args, **(kwargs or {}))
+        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note, _getattr=getattr,
+                               _operators=operators, _untraced=probes.made_untraced, _name=probes.UNTRACED):
+            name = _getattr(func, "__name__", "")
+            _note(name)
+            before = _operators[0]
+            result = func(*args, **(kwargs or {}))
+            if _operators[0] == before and name != "__get__" and _untraced(result, args, kwargs or {}):
+                _note(_name)
+            return result
 
     class OperatorNames(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note, _operators=operators):
+            _operators[0] += 1
             _note(func.name())
             return func(*args, **(kwargs or {}))
 

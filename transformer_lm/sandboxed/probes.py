@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+from transformer_lm.sandboxed.outside import probe_outside_torch
 
 # PyTorch's own modules that a student's class may be asked to copy its weights from.
 TORCH_MODULES = {"MultiheadAttention": torch.nn.MultiheadAttention,
@@ -460,7 +461,7 @@ PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torc
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
                                               probe_traced, probe_causal_work, probe_autograd_function, probe_call,
                                               probe_padding, probe_padded_generation,
-                                              parameter_shapes, raised_exception)}
+                                              probe_outside_torch, parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""
 
 
@@ -468,13 +469,39 @@ MAX_TRACED_STACKS = 20
 """Distinct stacks kept per watched name: enough to tell who called it."""
 
 
+UNTRACED = "<untraced>"
+"""The name :func:`trace_calls` notes a torch function under when it returned a tensor of new memory
+and no ATen operator ran: the dispatcher's tracing was turned off around it."""
+
+
+def made_untraced(result, args, kwargs: dict, _list=list, _error=(RuntimeError, NotImplementedError)) -> bool:
+    """Whether a torch function's ``result`` holds a tensor whose memory none of its arguments
+    had (it computed something), though no operator passed the dispatch trace while it ran:
+    returning an argument (``x.float()`` of a float tensor) or a view of one makes nothing, and
+    neither does reading an attribute (``x.grad``). A tensor without plain storage (a sparse one)
+    is left out."""
+    def pointers(value) -> set[int]:
+        found = set()
+        for tensor in _tensors_in(value):
+            try:
+                if tensor.numel():
+                    found.add(tensor.untyped_storage().data_ptr())
+            except _error:
+                continue
+        return found
+    return bool(pointers(result) - pointers(_list(args) + _list(kwargs.values())))
+
+
 class _Watch:
     """What both modes share: the watched names, and for each one seen, the notebook cells that
-    were on the Python stack when it ran (innermost first), as ``cell_of(frame)`` names them."""
+    were on the Python stack when it ran (innermost first), as ``cell_of(frame)`` names them; and
+    how many operators the dispatch mode has seen, so that a torch function whose work bypassed
+    it is noted as :data:`UNTRACED`."""
 
     def __init__(self, names: frozenset[str], cell_of):
-        self.names, self.cell_of = names, cell_of
+        self.names, self.cell_of = names | {UNTRACED}, cell_of
         self.seen: dict[str, set[tuple[int, ...]]] = {}
+        self.operators = 0
 
     def note(self, name: str) -> None:
         if name not in self.names:
@@ -500,8 +527,13 @@ class _FunctionNames(TorchFunctionMode):
         self.watch = watch
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.watch.note(getattr(func, "__name__", ""))
-        return func(*args, **(kwargs or {}))
+        watch, name = self.watch, getattr(func, "__name__", "")
+        watch.note(name)
+        before = watch.operators
+        result = func(*args, **(kwargs or {}))
+        if watch.operators == before and name != "__get__" and made_untraced(result, args, kwargs or {}):
+            watch.note(UNTRACED)
+        return result
 
 
 class _OperatorNames(TorchDispatchMode):
@@ -512,6 +544,7 @@ class _OperatorNames(TorchDispatchMode):
         self.watch = watch
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.watch.operators += 1
         self.watch.note(func.name())
         return func(*args, **(kwargs or {}))
 
