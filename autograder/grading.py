@@ -14,7 +14,6 @@ import difflib
 import fcntl
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import queue
@@ -23,12 +22,10 @@ import shutil
 import socket
 import sys
 import time
-import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import pycodestyle
 import torch
 
 from autograder import course_code, runner, sandbox
@@ -38,11 +35,12 @@ from autograder.errors import GradingError
 from autograder.forbidden import found_by_witness, found_in_trace
 from autograder.notebook_data import read_notebook
 from autograder.preflight import Preflight, grade_ids, preflight, source_text
-from autograder.spec import STYLE, Item
+from autograder.spec import Item
 from transformer_lm import reference
 from transformer_lm.forbidding import runtime_names
 from transformer_lm.prepared import Prepared
 from transformer_lm.sandboxed.probes import COURSE_CODE_CELL, UNTRACED
+from transformer_lm.style import style_problems
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
 NOT_WRITTEN = "Not written yet"
@@ -50,32 +48,6 @@ NOT_WRITTEN = "Not written yet"
 RECEIPTS = ("timestamp.txt", "submission_secret.txt")
 WITH_COURSE_CODE = "+course"
 """The suffix of a probe id that runs with the course's stand-ins in place of earlier answers."""
-
-
-class _StyleCollector(pycodestyle.BaseReport):
-    """Keeps pycodestyle's findings as short lines instead of printing them."""
-
-    def __init__(self, options):
-        super().__init__(options)
-        self.problems: list[str] = []
-        self.max_line_length = options.max_line_length
-
-    def error(self, line_number, offset, text, check):
-        if text.startswith("E501") and self._code_fits(line_number):
-            return None
-        code = super().error(line_number, offset, text, check)
-        if code:  # the line itself, since the page that shows the deduction numbers no lines
-            self.problems.append(f"line {line_number}, {self.lines[line_number - 1].strip()[:80]!r}: {text}")
-        return code
-
-    def _code_fits(self, line_number) -> bool:
-        """A long line whose code fits and whose length is a trailing comment (the shape
-        comments the course asks for) is not a PEP 8 problem here."""
-        line = self.lines[line_number - 1]
-        for token in tokenize.generate_tokens(io.StringIO(line).readline):
-            if token.type == tokenize.COMMENT:
-                return len(line[:token.start[1]].rstrip()) <= self.max_line_length
-        return False
 
 
 @dataclass
@@ -523,18 +495,6 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
                        message=f"All else is right: this item fails only by the mistake charged in "
                                f"{charged.grade_id} ({result.mistake}), and one mistake costs points once.")
     return result
-
-
-def style_problems(source: str) -> list[str]:
-    """PEP 8 problems of an answer cell under the course's style rules (a static check of
-    the text: nothing is run)."""
-    lines = [line + "\n" for line in source.splitlines()]
-    if any(line.lstrip().startswith(("%", "!")) for line in lines):
-        lines = [("#" + line) if line.lstrip().startswith(("%", "!")) else line for line in lines]
-    guide = pycodestyle.StyleGuide(quiet=True, **STYLE)
-    report = guide.init_report(_StyleCollector)
-    pycodestyle.Checker(lines=lines, options=guide.options, report=report).check_all()
-    return report.problems
 
 
 def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,

@@ -38,7 +38,8 @@ class Item:
     ``grade_id`` names the item and its visible test cell (``<grade_id>_test``); ``answer`` is
     the answer cell it grades, the item's own id unless several items grade one answer (the
     scores, the mask and the output of one class). ``style_deduction`` points come off a
-    passing item whose answer cell breaks PEP 8 (:data:`STYLE`), never below zero.
+    passing item whose answer cell breaks PEP 8 (:func:`transformer_lm.style.style_problems`),
+    never below zero.
     ``defines`` names what the course's stand-ins replace when this answer is wrong;
     ``builds_on`` the grade_ids of earlier items, in the same notebook, whose answers this one uses.
     """
@@ -59,10 +60,3 @@ class Item:
     @property
     def answer_id(self) -> str:
         return self.answer or self.grade_id
-
-
-# The PEP 8 rules of the style deduction: pycodestyle's defaults with a longer line and the
-# comment-spacing rules off, so that shape comments written beside code (which the course
-# asks for) are never what costs a point; a line too long only because of its trailing
-# comment is not counted either (autograder.grading.style_problems).
-STYLE = {"max_line_length": 120, "ignore": ["E261", "E262", "E265", "E266", "W503", "W504", "W291", "W293", "E303"]}

@@ -32,8 +32,8 @@ from autograder.errors import GradingError
 PACKAGE = "transformer_lm"
 STUDENT_FILES = (
     "__init__.py", "catalog.py", "checks.py", "judging.py", "prepared.py", "stored.py", "gpt_judges.py",
-    "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "measure.py", "grader_check.py",
-    "random_weights.py", "data/visible_checks.safetensors",
+    "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "style.py", "measure.py",
+    "grader_check.py", "random_weights.py", "data/visible_checks.safetensors",
     "sandboxed/__init__.py", "sandboxed/probes.py", "sandboxed/test_values.py", "sandboxed/viz.py",
     "sandboxed/decoder.py", "sandboxed/outside.py", "sandboxed/data/test_values.safetensors",
 )
@@ -41,7 +41,7 @@ STUDENT_FILES = (
 kinds of check and the visible checks' table (which prepare with the reference) stay here."""
 
 STUDENT_REQUIREMENTS = ("torch", "numpy", "safetensors", "matplotlib", "jupyterlab", "notebook", "nbgrader",
-                        "nbformat", "nbclient", "nbconvert", "ipykernel")
+                        "nbformat", "nbclient", "nbconvert", "ipykernel", "pycodestyle")
 """The pinned libraries of the course's requirements.txt that a student's environment needs."""
 
 WHEEL_PROJECT = """\
@@ -54,7 +54,8 @@ name = "transformer-lm-student"
 version = "{version}"
 description = "The student part of the self-attention course: public test values and visible checks"
 requires-python = ">=3.10"
-dependencies = ["torch>=2.13", "safetensors>=0.4", "matplotlib>=3.8", "jupyter_server>=2", "nbconvert>=7"]
+dependencies = ["torch>=2.13", "safetensors>=0.4", "matplotlib>=3.8", "jupyter_server>=2", "nbconvert>=7",
+                "pycodestyle>=2.11"]
 
 [project.entry-points."nbconvert.exporters"]
 check_with_grader = "transformer_lm.grader_check:CheckExporter"

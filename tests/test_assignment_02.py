@@ -14,7 +14,7 @@ import re
 import pytest
 
 import notebook_tools as tools
-from autograder.grading import style_problems
+from transformer_lm.style import style_problems
 
 ASSIGNMENT = "02_multihead_attention"
 SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
@@ -188,9 +188,11 @@ def release_with(answers: dict[str, str]):
 
 @pytest.fixture(scope="module")
 def reports(source_nb, tmp_path_factory):
-    """Four submissions graded in one run of the grader (the blank release among them):
+    """Five submissions graded in one run of the grader (the blank release among them):
 
     * ``solution``: the release filled with the source's answer cells;
+    * ``pep8_allowed``: the solution written with spacing PEP 8 allows (``bs*self.num_heads``,
+      ``hidden**0.5``, a line broken before ``/``);
     * ``seed``: the release filled with seed 003's own classes, pasted whole;
     * ``mistakes``: the solution's SelfAttention with one PEP 8 violation, and seed 003's
       MultiHeadSelfAttention with the heads merged by view without transpose.
@@ -198,8 +200,16 @@ def reports(source_nb, tmp_path_factory):
     solution = {gid: tools.cell_by_grade_id(source_nb, gid).source for gid in ANSWERS}
     pep8 = solution["self_attention"].replace("self.scale = hidden ** 0.5", "self.scale=hidden ** 0.5")
     assert pep8 != solution["self_attention"]
+    allowed = {"self_attention": solution["self_attention"].replace("hidden ** 0.5", "hidden**0.5").replace(
+                   "k.transpose(1, 2) / self.scale", "k.transpose(1, 2)/self.scale"),
+               "multihead_self_attention": solution["multihead_self_attention"].replace(
+                   "(bs * self.num_heads, seq", "(bs*self.num_heads, seq").replace(
+                   "scores = q @ k.transpose(1, 2) / self.scale", "scores = (q @ k.transpose(1, 2)\n"
+                                                                  "                  / self.scale)")}
+    assert all(allowed[gid] != solution[gid] for gid in ANSWERS)
     submissions = {
         "solution": release_with(solution),
+        "pep8_allowed": release_with(allowed),
         "seed": release_with({"self_attention": SEED_SELF_ATTENTION,
                               "multihead_self_attention": SEED_MULTI_HEAD_SELF_ATTENTION}),
         "mistakes": release_with({"self_attention": pep8, "multihead_self_attention": MERGED_WITHOUT_TRANSPOSE}),
@@ -394,6 +404,14 @@ def test_merged_heads_without_transpose_cost_the_output_item_only_and_are_named(
     assert ".contiguous().view(bs, seq, hidden)" in item["hint"], item["hint"]   # the notebook's own names
     for name in ("mha_scores", "mha_causal_mask"):
         assert report[name]["status"] == "passed" and report[name]["score"] == POINTS[name], report[name]
+
+
+def test_spacing_pep8_allows_keeps_every_point(reports):
+    """pycodestyle leaves E226 (``bs*heads``) and W503 (a break before an operator) out by default,
+    since PEP 8 allows both; the course's rules extend its default list and never replace it."""
+    report = reports["pep8_allowed"]
+    assert report[""]["total"] == report[""]["max_total"] == 10, [i for i in report.values() if i.get("deduction")]
+    assert all(item["deduction"] == "" for name, item in report.items() if name)
 
 
 def test_pep8_violation_costs_exactly_the_deduction(reports):

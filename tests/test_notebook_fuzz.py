@@ -28,6 +28,7 @@ import notebook_tools as tools
 from autograder import grading, notebook_data, record, runner
 from autograder.preflight import preflight
 from autograder.service import intake, store
+from transformer_lm.style import style_problems
 
 A, NB = "01_attention_basics", "attention_basics"
 EXAMPLES = 1000
@@ -144,7 +145,7 @@ def check_one(graded: Graded, folder: Path, raw: bytes) -> None:
     plan, _ = runner.plan_of(pre, prepared, {pid: assignment.probe_item[pid] for pid in prepared})
     json.dumps(plan)
     for _, source in grading.answer_cells(pre.notebook["cells"]):
-        grading.style_problems(source)
+        style_problems(source)
     result = grading.SubmissionResult("fuzzed", A, 0.0, 0.0)
     record.write_autograded(course, result, {NB: pre}, assignment.release)
     nbformat.validate(nbformat.read(course.root / "autograded" / "fuzzed" / A / f"{NB}.ipynb", as_version=4))

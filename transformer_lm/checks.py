@@ -25,6 +25,7 @@ from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.prepared import Prepared
 from transformer_lm.random_weights import randomize  # noqa: F401 - for the test cells
 from transformer_lm.sandboxed import probes
+from transformer_lm.style import check_style  # noqa: F401 - for the test cells
 
 STORED = Path(__file__).parent / "data" / "visible_checks.safetensors"
 """The stored visible checks, made by ``python -m transformer_lm.make_test_values``."""

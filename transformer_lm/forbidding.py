@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
-import linecache
-import textwrap
 import types
 
 import torch
 
 from transformer_lm.judging import CheckFailed
 from transformer_lm.sandboxed import probes
-from transformer_lm.source_scan import mentioned_names
+from transformer_lm.source_scan import answer_text, functions_of, mentioned_names
 
 SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
 """PyTorch's softmax, by every name it has: what ``softmax_stable`` must compute itself."""
@@ -69,18 +66,9 @@ def runtime_names(forbids: tuple[str, ...]) -> dict[str, str]:
     return names
 
 
-def _functions_of(obj) -> list[types.FunctionType]:
-    """A function, or the functions a class defines itself."""
-    if inspect.isfunction(obj):
-        return [obj]
-    prefix = getattr(obj, "__qualname__", "") + "."
-    return [member for _, member in inspect.getmembers(obj)
-            if inspect.isfunction(member) and member.__qualname__.startswith(prefix)]
-
-
 def _code_of(obj) -> set[types.CodeType]:
     """The code objects of a function or of every function of a class, nested ones included."""
-    codes, todo = set(), [f.__code__ for f in _functions_of(obj)]
+    codes, todo = set(), [f.__code__ for f in functions_of(obj)]
     while todo:
         code = todo.pop()
         codes.add(code)
@@ -88,20 +76,8 @@ def _code_of(obj) -> set[types.CodeType]:
     return codes
 
 
-def _answer_text(obj) -> str:
-    """The text the grader scans for ``obj``: its whole notebook cell (helpers beside it
-    included) when it was defined in one, else its own source; empty when there is none."""
-    try:
-        filename = inspect.getsourcefile(obj) or ""
-        if all(f.__globals__.get("__name__") == "__main__" for f in _functions_of(obj)) and linecache.getlines(filename):
-            return "".join(linecache.getlines(filename))  # a cell of the kernel: IPython keeps it in linecache
-        return textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
-    except (OSError, TypeError):
-        return ""
-
-
 def _named_in_text(obj, forbids: tuple[str, ...]) -> list[str]:
-    return sorted({forbidden_name(path) for path in forbids} & mentioned_names(_answer_text(obj)))
+    return sorted({forbidden_name(path) for path in forbids} & mentioned_names(answer_text(obj)))
 
 
 @contextlib.contextmanager
@@ -116,7 +92,7 @@ def forbidding(obj, forbids: tuple[str, ...], reuses: tuple = ()):
                           f"grader gives no points for an answer that calls it.")
     own = _code_of(obj)
     theirs = set().union(*(_code_of(other) for other in reuses)) if reuses else set()
-    notebook = {id(f.__globals__) for f in _functions_of(obj)}  # the namespace the answer was defined in
+    notebook = {id(f.__globals__) for f in functions_of(obj)}  # the namespace the answer was defined in
 
     def owner(frame) -> str | None:
         """Who a frame is: this answer, an answer it reuses, a helper of the notebook, or none of them."""

@@ -1,14 +1,20 @@
-"""What an answer cell's code mentions, read as a syntax tree and never run.
+"""What an answer cell's code mentions, read as a syntax tree and never run, and where the text
+of an answer defined in a notebook is.
 
 Visible checks use it to refuse an answer that calls the library function the exercise asks
-students to write; the grader's preflight uses it for the same reason before anything runs.
+students to write, and to check its cell's style; the grader's preflight uses it for the same
+reason before anything runs.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+import linecache
 import re
+import textwrap
 import threading
+import types
 
 _PARSING = threading.Lock()  # see parse_cell
 
@@ -46,3 +52,24 @@ def mentioned_names(source: str) -> set[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             names.update(re.findall(r"\w+", node.value))  # getattr(torch, "softmax") counts; docstrings do not
     return names
+
+
+def functions_of(obj) -> list[types.FunctionType]:
+    """A function, or the functions a class defines itself."""
+    if inspect.isfunction(obj):
+        return [obj]
+    prefix = getattr(obj, "__qualname__", "") + "."
+    return [member for _, member in inspect.getmembers(obj)
+            if inspect.isfunction(member) and member.__qualname__.startswith(prefix)]
+
+
+def answer_text(obj) -> str:
+    """The text the grader scans for ``obj``: its whole notebook cell (helpers beside it
+    included) when it was defined in one, else its own source; empty when there is none."""
+    try:
+        filename = inspect.getsourcefile(obj) or ""
+        if all(f.__globals__.get("__name__") == "__main__" for f in functions_of(obj)) and linecache.getlines(filename):
+            return "".join(linecache.getlines(filename))  # a cell of the kernel: IPython keeps it in linecache
+        return textwrap.dedent(inspect.getsource(obj))  # a method's source is indented
+    except (OSError, TypeError):
+        return ""
