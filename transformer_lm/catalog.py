@@ -50,11 +50,14 @@ class TilingFlaws:
     the memory checks see in a trace of what ran (:class:`transformer_lm.sandboxed.probes.TensorTrace`)."""
 
     total_not_rescaled: bool = False  # the running sum of exponentials kept when the maximum grows
+    unguarded_rescale: bool = False  # exp(m_a - m) of two empty parts: exp(-inf - (-inf)) = nan
     output_not_rescaled: bool = False  # the running output kept when the maximum grows
     global_maximum: bool = False  # one running maximum shared by every row (of every batch and head)
     lse_without_max: bool = False  # log(total) returned as the log-sum-exp
     causal_blocks: str = "skip"  # "miss_diagonal": stop before the query block starts; "one_extra"; "all"
     delta_from_tile: bool = False  # D = rowsum(P * dP) over one tile instead of rowsum(dO * O)
+    delta_left_out: bool = False  # dS = P * dP, without D
+    dk_unscaled: bool = False  # dk = dS^T q, without the 1/sqrt(d) the scores were scaled by
     full_scores: bool = False  # the whole (T_q, T_k) score matrix built at once
     full_row: bool = False  # each query block's maximum and sum taken over its whole row of keys
     backward_full: bool = False  # the backward rebuilds the whole (T_q, T_k) weight matrix
@@ -251,6 +254,13 @@ TILING: tuple[Mistake, ...] = (
         TilingFlaws(total_not_rescaled=True), frozenset({"merge", "online", "forward", "causal"}),
     ),
     Mistake(
+        "empty_merge_nan", "two empty parts merged into NaN",
+        "When both parts of a row are still empty (maximum -inf, sum 0), the new maximum is -inf too and "
+        "exp(m_a - m) is exp(-inf - (-inf)) = exp(nan). Give an empty part the factor 0, "
+        "torch.where(torch.isneginf(m_a), 0.0, torch.exp(m_a - m)): the merged row stays empty, -inf and 0.",
+        TilingFlaws(unguarded_rescale=True), frozenset({"merge"}),
+    ),
+    Mistake(
         "output_not_rescaled", "the running output not rescaled when the maximum grows",
         "The running output is a sum of exp(s - m) * v taken against the old maximum m. When a tile raises "
         "the maximum to m_new, multiply it by exp(m - m_new) before adding the tile's exp(s - m_new) @ v, "
@@ -293,6 +303,19 @@ TILING: tuple[Mistake, ...] = (
         "D_i = sum_j P_ij dP_ij runs over every key of row i, which no single tile holds; it equals "
         "rowsum(dO * O) over the output's features. Compute it once per row, before the loop over tiles.",
         TilingFlaws(delta_from_tile=True), frozenset({"backward"}),
+    ),
+    Mistake(
+        "delta_left_out", "D left out of the scores' gradient",
+        "The softmax's gradient is dS = P * (dP - D), with D_i = rowsum(dO * O) for each query row: every "
+        "weight of a row moves the others, since the row sums to 1. Without D, dq and dk come out wrong "
+        "(dv does not need it). Compute D once, before the loop over tiles.",
+        TilingFlaws(delta_left_out=True), frozenset({"backward"}),
+    ),
+    Mistake(
+        "dk_unscaled", "dk without the scale of the scores",
+        "The scores were S = q k^T * scale (scale = 1 / sqrt(d)), so both of their gradients carry the scale: "
+        "dq = dS @ k * scale and dk = dS^T @ q * scale.",
+        TilingFlaws(dk_unscaled=True), frozenset({"backward"}),
     ),
     Mistake(
         "full_score_matrix", "the whole (T_q, T_k) score matrix built",

@@ -83,7 +83,12 @@ def _report(name: str, verdict: Verdict, context: str = "") -> Verdict:
 def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verdict:
     """Calls the prepared probe on ``objects`` (name -> the student's object) in this kernel and
     judges it, showing values; ``context`` says, before a failure, what was called."""
-    result = call_student(name, prepared.call.run_here, objects)
+    try:
+        result = call_student(name, prepared.call.run_here, objects)
+    except CheckFailed as failed:   # an error of the answer: said with what was called, as a wrong value is
+        if not context:
+            raise
+        raise CheckFailed(f"{context}:\n{failed}") from failed.__cause__
     return _report(name, prepared.judge_result(result, values=True), context)
 
 

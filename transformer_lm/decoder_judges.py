@@ -43,18 +43,37 @@ class MaskJudge:
 
 @dataclass
 class BytesJudge:
-    """A size in bytes (``call``) is ``expected``; half of it counts only the keys or the values."""
+    """A size in bytes (``call``) is ``expected``, for numbers of ``dtype`` that take
+    ``element_size`` bytes each. A wrong size is explained by what it is a multiple of: half of it
+    counts only the keys or the values, or takes each number at half its size (the two cannot be
+    told apart from one size, so both are said); other multiples come from the size of a number."""
 
     call: str
     expected: int
+    dtype: str = "bfloat16"
+    element_size: int = 2
 
     def __call__(self, record, value, values: bool) -> Verdict:
-        if not isinstance(value, (int, float)) or value != self.expected:
-            why = " Count the keys and the values: two vectors per layer, head and token." \
-                if value == self.expected / 2 else ""
-            shown = f" expected {self.expected}" if values else ""
-            return Verdict("failed", f"{self.call} returned {value!r};{shown or ' not the size of that cache'}.{why}")
-        return Verdict("passed", f"Correct: {self.expected} bytes.")
+        if isinstance(value, (int, float)) and value == self.expected:
+            return Verdict("passed", f"Correct: {self.expected} bytes.")
+        shown = f" expected {self.expected}" if values else ""
+        return Verdict("failed", f"{self.call} returned {value!r};{shown or ' not the size of that cache'}."
+                                 f"{self._why(value)}")
+
+    def _why(self, value) -> str:
+        if not isinstance(value, (int, float)) or not value:
+            return ""
+        size, ratio = self.element_size, value / self.expected
+        number = f" torch.{self.dtype} takes {size} bytes a number (torch.empty((), dtype=dtype).element_size())."
+        if ratio == 0.5:
+            return (" Half the size: either only the keys or only the values are counted (a cache holds both, two "
+                    f"vectors per layer, head and token), or each number is taken as {size // 2 or 0.5} byte(s) "
+                    f"where{number}")
+        if ratio == 8:
+            return f" Eight times the size: bits, not bytes.{number}"
+        if (ratio * size) in (1, 2, 4, 8):
+            return f" {ratio:g} times the size: each number is taken as {ratio * size:g} byte(s), where{number}"
+        return ""
 
 
 @dataclass
@@ -65,6 +84,7 @@ class PaddingJudge:
     calls: str
     expected: dict[str, torch.Tensor]
     candidates: dict[catalog.Mistake, dict[str, torch.Tensor]]
+    attention_mask: torch.Tensor | None = None   # (B, T): where the pads are, which the positions' hints need
 
     def __call__(self, record, value, values: bool) -> Verdict:
         for key in ("positions", "mask"):
@@ -80,8 +100,24 @@ class PaddingJudge:
                             and not torch.equal(r[key].to(want.dtype), want)), None)
             row = int((got.to(want.dtype) != want).flatten(1).any(dim=-1).nonzero()[0])
             detail = f": got {got[row].int().tolist()}, expected {want[row].int().tolist()}" if values else ""
-            return Verdict("failed", f"{self.calls}: {what} wrong for prompt {row}{detail}.", mistake)
+            hint = self._positions_hint(row, got[row].to(want.dtype), want[row]) if key == "positions" and not mistake \
+                else ""
+            return Verdict("failed", f"{self.calls}: {what} wrong for prompt {row}{detail}.{hint}", mistake)
         return Verdict("passed", "Correct: positions from each prompt's first token, and no query sees padding.")
+
+    def _positions_hint(self, row: int, got: torch.Tensor, want: torch.Tensor) -> str:
+        """What prompt ``row``'s wrong positions (``got``) say, where a catalogued mistake does not:
+        pads at other positions than the 0 the notebook pins, or real tokens counted from 1."""
+        if self.attention_mask is None or self.attention_mask.shape[-1] != got.shape[-1]:
+            return ""
+        real = self.attention_mask[row].bool()
+        if torch.equal(got[real], want[real]):
+            return " The real tokens' positions are right; the pads' are not: the pads get 0, " \
+                   "(attention_mask.cumsum(-1) - 1).clamp(min=0)."
+        if bool(((got[real] - want[real]) == 1).all()):
+            return " Each real token's position is one too high: the first real token is at 0, so subtract 1 " \
+                   "from the running count, (attention_mask.cumsum(-1) - 1).clamp(min=0)."
+        return ""
 
 
 @dataclass

@@ -45,6 +45,15 @@ class RopeCheck:
     per_sequence: bool = False
     base: float = 10000.0
 
+    @property
+    def call(self) -> str:
+        """What the check calls, in the notebook's words: said before a failure (an error included)."""
+        positions = (f"positions of shape ({self.batch}, {self.seq}), one row per sequence as with left padding "
+                     "(cos and sin then need the heads' dimension: (B, 1, T, d))") if self.per_sequence \
+            else f"positions {self.start} to {self.start + self.seq - 1}"
+        return (f"{self.object}(x of shape (B={self.batch}, H={self.heads}, T={self.seq}, d={self.head_dim}), "
+                f"{positions}, base={self.base:g})")
+
     def prepare(self, generator: torch.Generator) -> Prepared:
         x = torch.randn(self.batch, self.heads, self.seq, self.head_dim, generator=generator)
         inputs = {"x": x, "positions": positions_for(self.batch, self.seq, self.start, self.per_sequence)}
@@ -59,9 +68,9 @@ class GroupedQueryCheck:
     """The student's ``object(d_model, n_heads, n_kv_heads, rope_base=..., window=...)`` with the
     reference's random weights loaded by name (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``),
     called as ``forward(x, positions)`` (with ``padded``, ``forward(x, positions, attn_mask)`` for a
-    left-padded batch, whose pad queries see no key): the output and every gradient, naming the
-    mistakes of rotary embeddings, of sharing key/value heads, of rows with no key and (with
-    ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
+    left-padded batch, whose pad queries see no key): the output, the cache it returns and every
+    gradient, naming the mistakes of rotary embeddings, of sharing key/value heads, of rows with no
+    key and (with ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
 
     object: str
     d_model: int
@@ -86,7 +95,7 @@ class GroupedQueryCheck:
             positions, mask = reference.padded_inputs(attention_mask, attention_mask.shape[-1])
             inputs = {"x": x, "positions": positions, "attn_mask": mask}
             revealable = revealable + catalog.decoder_mistakes("padded_gqa")
-        arguments, expected = module_case(module, inputs, generator)
+        arguments, expected = module_case(module, inputs, generator, with_cache=True)
         with torch.no_grad():
             candidates = {m: {"output": mistakes.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
                           for m in revealable}
@@ -98,7 +107,14 @@ class GroupedQueryCheck:
         if self.window is not None:
             init["window"] = self.window
         return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": init, **arguments}),
-                        RecordJudge(expected, candidates))
+                        RecordJudge(expected, candidates, labels=CACHE_LABELS))
+
+
+CACHE_LABELS = {"cache.keys": "the returned cache's keys (the rotated keys of every token so far, before the copy "
+                              "for the groups: (B, n_kv_heads, T_k, head_dim))",
+                "cache.values": "the returned cache's values (the values of every token so far, before the copy "
+                                "for the groups: (B, n_kv_heads, T_k, head_dim))"}
+"""How a failure names the cache a layer returns, ``(output, (k, v))``: what it must hold."""
 
 
 @dataclass(frozen=True)
@@ -139,11 +155,13 @@ class CacheBytesCheck:
     def prepare(self, generator: torch.Generator) -> Prepared:
         sizes = {"n_layers": self.n_layers, "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim,
                  "seq_len": self.seq_len, "batch": self.batch}
-        expected = reference.kv_cache_bytes(**sizes, dtype=getattr(torch, self.dtype))
+        dtype = getattr(torch, self.dtype)
+        expected = reference.kv_cache_bytes(**sizes, dtype=dtype)
         call = f"{self.object}({', '.join(f'{k}={v}' for k, v in sizes.items())}, dtype=torch.{self.dtype})"
 
         return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object},
-                                     {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}), BytesJudge(call, expected))
+                                     {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}),
+                        BytesJudge(call, expected, self.dtype, torch.empty((), dtype=dtype).element_size()))
 
 
 def left_padded_batch(lengths: tuple[int, ...]) -> torch.Tensor:
@@ -179,7 +197,7 @@ class PaddingCheck:
         arguments = {"attention_mask": attention_mask, "query_len": query_len}
         return Prepared(ProbeCall.of(probes.probe_padding, {"positions_fn": self.positions_object,
                                                             "mask_fn": self.mask_object}, arguments),
-                        PaddingJudge(calls, expected, candidates))
+                        PaddingJudge(calls, expected, candidates, attention_mask))
 
 
 GENERATION_DRAWS = 8

@@ -55,10 +55,12 @@ def _written_by_student(filename: str) -> bool:
     return not str(Path(filename).resolve()).startswith(_LIBRARIES)
 
 
-def _show(t: torch.Tensor, limit: int = 6) -> str:
-    values = t.flatten()[:limit].tolist()
-    more = ", ..." if t.numel() > limit else ""
-    return "[" + ", ".join(f"{v:.6g}" for v in values) + more + "]"
+def _show(t: torch.Tensor, start: int = 0, limit: int = 6) -> str:
+    """``limit`` numbers of ``t`` (flattened) from position ``start``, as a short list."""
+    values = t.flatten()[start:start + limit].tolist()
+    before = "..., " if start else ""
+    more = ", ..." if t.numel() > start + limit else ""
+    return "[" + before + ", ".join(f"{v:.6g}" for v in values) + more + "]"
 
 
 def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
@@ -82,13 +84,19 @@ def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
     if bool((error <= allowed).all()):
         return None
     worst = int(torch.argmax(error - allowed))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape)) if got.dim() else ()
     message = f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is " \
-              f"{error.flatten()[worst].item():.3g} at index {index}"
+              f"{error.flatten()[worst].item():.3g} at index {_index(worst, got.shape)}"
     if not values:
         return message + "."
+    first = int(torch.nonzero((error > allowed).flatten())[0])   # the previews start where they first differ
     return (message + f" (expected {expected64.flatten()[worst].item():.6g}, got {got64.flatten()[worst].item():.6g})."
-            f"\n  expected {_show(expected)}\n  got      {_show(got)}")
+            f"\n  from index {_index(first, got.shape)}, where they first differ:"
+            f"\n  expected {_show(expected, first)}\n  got      {_show(got, first)}")
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    """The index of position ``flat`` of a tensor of ``shape`` (flattened)."""
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
 
 
 @dataclass
@@ -107,6 +115,10 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    def _ipython_display_(self) -> None:
+        """What a notebook shows when a test cell ends with a check: nothing more, since the check
+        printed its message already (and raised if it failed), never the raw ``Verdict(...)``."""
 
     def raise_if_failed(self) -> None:
         if not self.passed:
@@ -141,9 +153,9 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     candidates = {m: r for m, r in (candidates or {}).items()
                   if any(k in expected and difference(k, v, expected[k], rtol, atol) for k, v in r.items())}
     for key in order:
-        if key not in got:
-            return Verdict("failed", f"{key} was not produced.")
         label = (labels or {}).get(key, key.replace("grad.", "the gradient of "))
+        if key not in got:
+            return Verdict("failed", f"{label} was not produced.")
         problem = difference(label, got[key], expected[key], rtol, atol, values)
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))

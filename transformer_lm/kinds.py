@@ -196,10 +196,12 @@ def parameters_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in module.named_parameters()}
 
 
-def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator):
+def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator,
+                with_cache: bool = False):
     """Probe arguments (the reference module's parameters by name, the inputs, a random
-    upstream gradient) and the expected record (first output, input and parameter
-    gradients) for a student's class with the same parameter names as ``module``."""
+    upstream gradient) and the expected record (first output, input and parameter gradients and,
+    ``with_cache``, the ``(k, v)`` cache the module returns, where the notebook pins its form) for a
+    student's class with the same parameter names as ``module``."""
     module.eval()
     module.zero_grad(set_to_none=True)
     leaves = {k: v.clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
@@ -207,7 +209,7 @@ def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], genera
     output = result[0] if isinstance(result, tuple) else result
     grad_output = torch.randn(output.shape, generator=generator)
     output.backward(grad_output)
-    expected = {"output": output.detach()}
+    expected = {"output": output.detach(), **(probes.cache_of(result) if with_cache else {})}
     expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
     expected.update({f"grad.{n}": p.grad for n, p in module.named_parameters()})
     state = parameters_of(module)

@@ -144,8 +144,12 @@ def flawed_greedy_tokens(model: reference.GPT, idx: torch.Tensor, max_new_tokens
 def flawed_merge_stats(a: reference.SoftmaxStats, b: reference.SoftmaxStats,
                        flaws: TilingFlaws) -> reference.SoftmaxStats:
     """:func:`transformer_lm.reference.merge_softmax_stats` as a student might write it: with
-    ``total_not_rescaled``, the first part's total is added as it was."""
+    ``total_not_rescaled``, the first part's total is added as it was; with ``unguarded_rescale``,
+    each total is multiplied by ``exp(m - new_m)`` unguarded (nan where both parts are empty)."""
     merged = reference.merge_softmax_stats(a, b)
+    if flaws.unguarded_rescale:
+        return reference.SoftmaxStats(merged.maximum, a.total * torch.exp(a.maximum - merged.maximum)
+                                      + b.total * torch.exp(b.maximum - merged.maximum))
     if flaws.total_not_rescaled:
         return reference.SoftmaxStats(merged.maximum, a.total + b.total * reference.rescale(b.maximum, merged.maximum))
     return merged
@@ -209,12 +213,13 @@ def flawed_flash_forward(q, k, v, causal: bool, block_q: int, block_k: int,
 def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_k: int,
                            flaws: TilingFlaws) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients with respect to q, k and v that :func:`transformer_lm.reference.flash_backward`
-    written with ``flaws`` gives (``delta_from_tile``: D summed over each tile only)."""
-    if not flaws.delta_from_tile:
-        out, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+    written with ``flaws`` gives (``delta_from_tile``: D summed over each tile only;
+    ``delta_left_out``: no D at all; ``dk_unscaled``: dk without the scale of the scores)."""
+    out, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
+    if not (flaws.delta_from_tile or flaws.delta_left_out or flaws.dk_unscaled):
         return reference.flash_backward(q, k, v, out, lse, grad_out, causal, block_q, block_k)
-    _, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
     scale = 1.0 / math.sqrt(q.shape[-1])
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)   # D = rowsum(dO * O), (..., T_q, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for qs in range(0, q.shape[-2], block_q):
         qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
@@ -223,9 +228,11 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
             probs = torch.exp(reference._tile_scores(qb, kb, qs, ks, causal) - lse[..., qs:qs + block_q].unsqueeze(-1))
             dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
             dprobs = dob @ vb.transpose(-2, -1)
-            dscores = probs * (dprobs - (probs * dprobs).sum(dim=-1, keepdim=True))
+            row_delta = (probs * dprobs).sum(dim=-1, keepdim=True) if flaws.delta_from_tile \
+                else 0.0 if flaws.delta_left_out else delta[..., qs:qs + block_q, :]
+            dscores = probs * (dprobs - row_delta)
             dq[..., qs:qs + block_q, :] += (dscores @ kb) * scale
-            dk[..., ks:ks + block_k, :] += (dscores.transpose(-2, -1) @ qb) * scale
+            dk[..., ks:ks + block_k, :] += (dscores.transpose(-2, -1) @ qb) * (1.0 if flaws.dk_unscaled else scale)
     return dq, dk, dv
 
 

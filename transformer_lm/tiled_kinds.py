@@ -34,8 +34,9 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 @dataclass(frozen=True)
 class MergeStatsCheck:
     """``object(max_a, sum_a, max_b, sum_b) -> (maximum, total)`` merges the softmax statistics
-    of two parts of each row (the first part empty in row 0: maximum -inf, sum 0) as
-    :func:`reference.merge_softmax_stats` does."""
+    of two parts of each row (the first part empty in row 0: maximum -inf, sum 0; both parts empty
+    in row 1, which must stay empty, -inf and 0, not NaN) as :func:`reference.merge_softmax_stats`
+    does."""
 
     object: str
     rows: int = 6
@@ -46,6 +47,7 @@ class MergeStatsCheck:
         b = reference.SoftmaxStats(torch.randn(self.rows, generator=generator) * 3,
                                    torch.rand(self.rows, generator=generator) * 4 + 1)
         a.maximum[0], a.total[0] = float("-inf"), 0.0   # nothing seen yet
+        a.maximum[1], a.total[1] = b.maximum[1], b.total[1] = float("-inf"), 0.0   # nothing seen on either side
         inputs = {"max_a": a.maximum, "sum_a": a.total, "max_b": b.maximum, "sum_b": b.total}
         expected = dict(zip(("maximum", "total"), reference.merge_softmax_stats(a, b)))
         candidates = {m: dict(zip(("maximum", "total"), mistakes.flawed_merge_stats(a, b, m.flaws)))

@@ -233,9 +233,9 @@ forward: float32 gradients of scores in the hundreds stray past the course's tol
 TILED_MEMORY_CASE = TileCase(1, 2, 160, 160, 8, 8, 16, 16, causal=True)
 """The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
 of one batch and head 256, and the output of every head 2,560."""
-TILED_LARGE_CASE = TileCase(1, 1, 4096, 4096, 4, 4, 256, 512)
+TILED_LARGE_CASE = TileCase(1, 1, 4096, 4096, 4, 4, 1024, 512)
 """Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
-(64 MiB in float32), a tile 131,072, q, k and v 16,384 each. What the call holds outside torch's
+(64 MiB in float32), a tile 524,288, q, k and v 16,384 each. What the call holds outside torch's
 tensors is measured here."""
 
 
@@ -266,8 +266,9 @@ def _efficient_attention() -> dict[str, list[Entry]]:
 def _modern_attention() -> dict[str, list[Entry]]:
     config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2), ("ff_dim", 24))
     return {
-        "apply_rope": each("apply_rope", RopeCheck("apply_rope", 1, 2, 5, 8), RopeCheck("apply_rope", 2, 3, 6, 16, start=7),
-                             RopeCheck("apply_rope", 3, 2, 4, 8, start=2, per_sequence=True, base=500000.0)),
+        "apply_rope": [entry("apply_rope", seeded(kind), kind.call) for kind in (
+            RopeCheck("apply_rope", 1, 2, 5, 8), RopeCheck("apply_rope", 2, 3, 6, 16, start=7),
+            RopeCheck("apply_rope", 3, 2, 4, 8, start=2, per_sequence=True, base=500000.0))],
         "sliding_window_mask": each("sliding_window_mask", *(WindowMaskCheck("sliding_window_mask", *sizes)
                                                                for sizes in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)))),
         "grouped_query_attention": each("GroupedQueryAttention", *(

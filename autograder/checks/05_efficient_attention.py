@@ -30,7 +30,7 @@ VALUES = (
 SPREAD = TileCase(2, 1, 33, 33, 8, 6, 6, 8, causal=True, spread=True)   # rows hundreds apart: forward only
 MEMORY = TileCase(2, 2, 96, 96, 8, 6, 16, 12)   # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 CAUSAL_MEMORY = TileCase(1, 3, 96, 96, 8, 8, 12, 16, causal=True)
-LARGE = TileCase(1, 1, 4096, 4096, 4, 4, 512, 256)   # T*T = 16.8 million (64 MiB in float32); a tile 131,072
+LARGE = TileCase(1, 1, 4096, 4096, 4, 4, 512, 1024)   # T*T = 16.8 million (64 MiB in float32); a tile 524,288
 
 ITEMS = [
     Item("online_softmax", 2, (

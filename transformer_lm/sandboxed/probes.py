@@ -110,12 +110,22 @@ def _split_result(result):
     return result, None
 
 
+def cache_of(result) -> dict[str, torch.Tensor]:
+    """The keys and values a layer returned as its cache, ``(output, (k, v))``, as
+    ``cache.keys`` and ``cache.values``; nothing when it returned no such pair."""
+    if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], (tuple, list)) \
+            and len(result[1]) == 2 and all(isinstance(t, torch.Tensor) for t in result[1]):
+        return {"cache.keys": plain(result[1][0]), "cache.values": plain(result[1][1])}
+    return {}
+
+
 def _record_call(call, tensors: dict[str, torch.Tensor], parameters: dict[str, torch.Tensor],
                  grad_output: torch.Tensor | None, repeat: bool) -> dict[str, torch.Tensor]:
     """Calls ``call(**inputs)``, then backpropagates ``grad_output`` and records the gradients."""
     inputs = {name: t.detach().clone().requires_grad_(t.is_floating_point()) for name, t in tensors.items()}
-    output, weights = _split_result(call(**inputs))
-    record = {"output": plain(output)}
+    result = call(**inputs)
+    output, weights = _split_result(result)
+    record = {"output": plain(output), **cache_of(result)}
     if weights is not None:
         record["weights"] = plain(weights)
     if repeat:

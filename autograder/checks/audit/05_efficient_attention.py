@@ -25,6 +25,7 @@ MASK_FILL = 'scores = scores.masked_fill(cols > rows, float("-inf"))            
             "            new_max"
 BACKWARD_SCORES = "scores = q_tile @ k_tile.transpose(-2, -1) * scale"
 D_SCORES = "d_scores = weights * (d_weights - D_tile)"
+DK = "dk[..., k_start:k_stop, :] += d_scores.transpose(-2, -1) @ q_tile * scale"
 SAVE = "ctx.save_for_backward(q, k, v, out, lse)"
 FULL_ROW_MAX = """row = q_tile @ k.transpose(-2, -1) * scale                          # (B, H, bq, T_k)
             if causal:
@@ -144,6 +145,8 @@ def mutants(answer):
     return {
         "online_softmax": {
             "total_not_rescaled": answer(SS, (MERGE_TOTAL, "total = sum_a + sum_b * factor_b")),
+            "empty_merge_nan": answer(SS, (MERGE_TOTAL, "total = sum_a * torch.exp(max_a - maximum) "
+                                                        "+ sum_b * torch.exp(max_b - maximum)")),
             "global_maximum": answer(SS, (PART_MAX, "part_max = part.amax().expand(part.shape[:-1])")),
             "full_row_reduction": answer(SS, (PART_MAX, "part_max = scores.amax(dim=-1)")),
         },
@@ -167,6 +170,8 @@ def mutants(answer):
         "flash_backward": {
             "delta_from_tile": answer(FB, (D_SCORES, "d_scores = weights * (d_weights - (weights * d_weights)"
                                                      ".sum(dim=-1, keepdim=True))")),
+            "delta_left_out": answer(FB, (D_SCORES, "d_scores = weights * d_weights")),
+            "dk_unscaled": answer(FB, (DK, "dk[..., k_start:k_stop, :] += d_scores.transpose(-2, -1) @ q_tile")),
         },
         "backward_memory": {
             "backward_full_matrix": answer(FB, (BACKWARD_SCORES, "scores = (q @ k.transpose(-2, -1) * scale)"
