@@ -129,3 +129,24 @@ def test_an_interleaved_rope_costs_its_own_item_only_and_is_named(graded):
     assert items["apply_rope"]["mistake"] == "interleaved and half-split rotary pairs mixed up", items["apply_rope"]
     assert items["grouped_query_attention"]["status"] == "passed" and items["padded_generation"]["status"] == "passed"
     assert items[""]["total"] == 8
+
+
+def test_the_text_of_task_3_says_what_its_checks_hold(source_nb):
+    """The text says once what the spec pins, and the checks test exactly that: Task 3's check has
+    a left-padded batch whose pad rows see no key, and it compares the returned cache; Task 4
+    pins the pads' positions at 0, which its visible check names."""
+    from transformer_lm import checks
+
+    task_3 = next(c.source for c in source_nb.cells if c.cell_type == "markdown"
+                  and c.source.startswith("### Task 3"))
+    assert "The check has such rows" in task_3 and "the returned cache `(k, v)`" in task_3
+    assert "has no such row" not in task_3
+    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / f"{ASSIGNMENT}.py"))["ITEMS"]
+    hidden = next(item for item in items if item.grade_id == "grouped_query_attention").checks
+    visible = [entry["check"] for entry in checks.stored_checks()["groups"]["grouped_query_attention"]]
+    assert any(check.padded for check in hidden)
+    assert any("inputs/attn_mask" in prepared.call.tensors for prepared in visible)
+    assert all({"cache.keys", "cache.values"} <= set(prepared.judge.expected) for prepared in visible)
+    task_4 = next(c.source for c in source_nb.cells if c.cell_type == "markdown"
+                  and c.source.startswith("### Task 4"))
+    assert "the pads get 0" in task_4

@@ -86,7 +86,7 @@ def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verd
     try:
         result = call_student(name, prepared.call.run_here, objects)
     except CheckFailed as failed:   # an error of the answer: said with what was called, as a wrong value is
-        if not context:
+        if not context or str(failed).startswith("TODO:"):
             raise
         raise CheckFailed(f"{context}:\n{failed}") from failed.__cause__
     return _report(name, prepared.judge_result(result, values=True), context)
