@@ -139,6 +139,22 @@ def test_seed_000_fingerprint_from_the_reference_and_its_diagnostics():
     assert checks.diagnose_fingerprint(fill_zero).mistake.name == "mask_filled_with_zero"
 
 
+
+def test_fingerprint_holds_on_a_cpu_that_rounds_the_other_way():
+    """432 is a whole number in exact arithmetic (12 value-bias gradients of 6): a CPU, or a correct
+    order of sums, that gives 431.99997 keeps the exercise's fingerprint, and a mistake's sums that
+    round one apart are still named."""
+    just_below = torch.full((12,), 6.0) * (1 - 4e-8)       # 12 * 36 * (1 - 8e-8), a few ulps under 432
+    assert (just_below ** 2).sum().item() < 432 and int((just_below ** 2).sum().item()) == 431
+    assert checks.fingerprint([just_below]) == [432]
+    assert checks.fingerprint([torch.full((1,), 37187.586).sqrt()]) == [37187]   # not whole: cut as int() cuts
+    stored = checks.stored_checks()["fingerprints"]
+    rounded_apart = [[n - 1 if n > 0 else n for n in theirs] for theirs in stored["mistakes"].values()]
+    assert [checks.diagnose_fingerprint(f).mistake for f in rounded_apart] == list(stored["mistakes"])
+    every = [stored["expected"], *stored["mistakes"].values()]
+    for i, one in enumerate(every):   # no two within 1 of each other: the naming cannot mix them up
+        assert all(max(abs(a - b) for a, b in zip(one, other)) > 1 for other in every[i + 1:])
+
 def test_stored_values_are_what_the_script_makes(tmp_path):
     """Both files, made again here, hold the same values at the stated tolerance, and the same
     checks; together they stay under the size the course allows."""

@@ -118,11 +118,20 @@ def seed_000_input() -> torch.Tensor:
     return x
 
 
+# A sum that is a whole number in exact arithmetic comes out of float32 a few units in the last
+# place either side of it: the value bias's 432 (12 gradients of 6, squared) is 432.00003 on this
+# course's machines, and another CPU or another correct order of the same sums can give 431.99997,
+# which int() alone would cut to 431. A sum this close below a whole number counts as that number.
+# Sums that are not whole numbers stay further from one (37187.586 here), and keep the exercise's.
+FINGERPRINT_RTOL = 1e-6   # about 8 units in the last place of a float32
+
+
 def fingerprint(gradients: list[torch.Tensor]) -> list[int]:
     """The exercise's integer fingerprint of attention gradients: ``int(sum(g**2))`` for each of
-    the query, key and value weights and biases (in the order given); -1 marks one with NaN."""
+    the query, key and value weights and biases (in the order given), at ``FINGERPRINT_RTOL``;
+    -1 marks one with NaN."""
     sums = [(g ** 2).sum().item() for g in gradients]
-    return [-1 if math.isnan(s) else int(s) for s in sums]
+    return [-1 if math.isnan(s) else int(s + abs(s) * FINGERPRINT_RTOL) for s in sums]
 
 
 def mingpt_fingerprint(module: torch.nn.Module, x: torch.Tensor | None = None) -> list[int]:
@@ -146,8 +155,8 @@ def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
         return Verdict("passed", f"Gradient fingerprint {expected}: correct.")
     message = f"Gradient fingerprint {list(fingerprint)}, expected {expected}."
     for mistake, theirs in stored_fingerprints["mistakes"].items():
-        if theirs == list(fingerprint):
-            return Verdict("failed", message, mistake)
+        if len(theirs) == len(fingerprint) and all(abs(a - b) <= 1 for a, b in zip(theirs, fingerprint)):
+            return Verdict("failed", message, mistake)   # within 1: a mistake's own sums round too
     if fingerprint and fingerprint[-1] == expected[-1]:
         return Verdict("failed", message + " The value gradients are right, so the weights reach the values "
                        "correctly; look at the mask fill value (-inf) and the softmax.",
