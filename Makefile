@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine:
-#   make test   build the environment (first time only) and run the tests
+#   make test   build the environment with the tests' tools (first time only) and run the tests
 #   make demo   build the environment (first time only) and run the grader's demo
 PYTHON ?= python3
 VENV   := .venv
@@ -7,13 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
-# Two test processes, each taking whole files (their shared, graded classes stay with them): most
-# tests wait on sandboxes and kernels, so two keep both cores busy. `make test PYTEST_ARGS=...` to change.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# Two test processes, one per core, each taking whole groups of tests (tests/conftest.py: a file, or
+# files that share a graded class), the longest first, so that no long file starts last.
+# `make test PYTEST_ARGS=...` to change.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: test demo env system-packages browser-packages hub-packages release student-kit clean
+.PHONY: test demo env system-packages browser-packages container-packages hub-packages release student-kit clean
 
-test: $(STAMP) system-packages browser-packages hub-packages
+test: $(STAMP) system-packages browser-packages container-packages hub-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP) system-packages
@@ -21,13 +22,14 @@ demo: $(STAMP) system-packages
 
 env: $(STAMP)
 
-# The virtual environment is rebuilt whenever the pinned requirements change.
-$(STAMP): requirements.txt pyproject.toml jupyter-config/transformer_lm.json jupyter-config/overrides.json
+# The virtual environment is rebuilt whenever the pinned requirements change: the course's
+# (requirements.txt, what the TA's container installs too) and the tests' (requirements-dev.txt).
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml jupyter-config/transformer_lm.json jupyter-config/overrides.json
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
 	  { echo "Python 3.11 is needed (torch==2.13.0 is pinned for it). Run: make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@# An editable install leaves out the package's Jupyter config (the server extension of "Check with
 	@# the grader", transformer_lm/grader_check.py); a wheel installs it at the same place.
 	install -D -m 644 jupyter-config/transformer_lm.json $(VENV)/etc/jupyter/jupyter_server_config.d/transformer_lm.json
@@ -58,6 +60,20 @@ browser-packages:
 	else \
 	  echo "chromium is missing. Install it with: sudo apt-get install chromium chromium-driver"; \
 	  echo "(Until then the browser test, tests/test_browser.py, is skipped.)"; \
+	fi
+
+# podman builds and runs the TA's container in its test (tests/test_container.py), with runc
+# (crun fails on some hosts' cgroups) and debootstrap (a base image where no registry is reachable).
+# Installed when we may (root with apt-get); otherwise the exact command is printed and that test
+# is skipped.
+container-packages:
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing podman, runc and debootstrap (for the container test)..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null; \
+	else \
+	  echo "podman is missing. Install it with: sudo apt-get install podman runc debootstrap"; \
+	  echo "(Until then the container test, tests/test_container.py, is skipped.)"; \
 	fi
 
 # JupyterHub's proxy, from npm, for the grading service's tests (tests/test_service_hub.py), into

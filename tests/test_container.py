@@ -1,17 +1,17 @@
-"""The TA container, checked without a container engine: the Dockerfile passes hadolint and its
-steps build an environment whose entry command grades the demo class. Its Kubernetes Jobs are
-checked in test_k8s.py."""
+"""The TA container: the Dockerfile passes hadolint, and the image it builds (with podman, once per
+test run) grades the demo class with no network and bubblewrap's sandbox inside, refuses to grade
+without the options that sandbox needs, and holds the course's runtime only. Its Kubernetes Jobs
+are checked in test_k8s.py."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
+import container_tools
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "autograder" / "Dockerfile"
@@ -35,33 +35,48 @@ def test_the_container_runs_as_a_user_and_enters_the_autograder():
     assert any("useradd" in run and "--uid 1000" in run for run in instructions("RUN"))
 
 
-def test_the_entry_command_grades_in_an_environment_built_by_the_dockerfile_steps(tmp_path):
-    """Its COPY steps and its pip install, done here in a fresh virtual environment; then the
-    entry command runs the demo, the course's main job, as the container would."""
-    if sandbox.detect_isolation().name != "bubblewrap":
-        pytest.skip(f"the demo needs bubblewrap: {sandbox.detect_isolation().detail}")
-    work = tmp_path / "opt" / "course"
-    work.mkdir(parents=True)
-    for copy in instructions("COPY"):
-        *sources, dest = copy.split()
-        for source in sources:
-            target = work / dest / Path(source).name if dest.endswith("/") else work / dest
-            if (REPO / source).is_dir():
-                shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(REPO / source, target)
-    installs = [run for run in instructions("RUN") if "pip install" in run]
-    assert installs == ["python -m pip install -r requirements.txt"]
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # The same files as the image's install, without compiling their bytecode (PIP_NO_COMPILE): a
-    # minute sooner on this machine (about 70 s against 130 s), which keeps CI within its budget.
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", "requirements.txt"],
-                   cwd=work, check=True, env={**os.environ, "PIP_NO_COMPILE": "1"})
-    entry = venv / "bin" / "autograder"
-    done = subprocess.run([str(entry), "--help"], capture_output=True, text=True)
-    assert done.returncode == 0 and "grade" in done.stdout
-    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
-    done = subprocess.run([str(entry), "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    """One build of the TA's image per test run."""
+    problem = container_tools.podman_problem()
+    if problem:
+        pytest.skip(problem)
+    return container_tools.build_image(tmp_path_factory.mktemp("image"))
+
+
+@pytest.fixture
+def course(tmp_path):
+    """An empty course folder that the image's user (uid 1000) may write."""
+    folder = tmp_path / "course"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        os.chown(folder, 1000, 1000)
+    else:
+        folder.chmod(0o777)
+    return folder
+
+
+def test_the_image_grades_the_demo_class_offline_with_the_sandbox_inside(image, course):
+    done = container_tools.run(image, course, "demo")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Isolation: bubblewrap" in done.stdout
     assert re.search(r"ada_solution\s+10/10", done.stdout) and re.search(r"bo_blank\s+0/10", done.stdout)
+    assert re.search(r"dee_cheater\s+0/10", done.stdout) and "Tampering" in done.stdout
+    assert (course / "demo-course" / "reports" / "01_attention_basics" / "report.html").is_file()
+
+
+def test_without_the_security_options_the_image_refuses_to_grade(image, course):
+    done = container_tools.run(image, course, "demo", sandbox=False)
+    assert done.returncode != 0
+    assert "Refusing to run student code without a sandbox" in done.stdout + done.stderr
+    assert "--unsafe-no-sandbox" in done.stdout + done.stderr
+
+
+def test_the_image_holds_the_course_runtime_and_not_the_tests_tools(image):
+    """requirements.txt only, CPU torch; at most 1.2 GB (as podman counts, on this test's base)."""
+    probe = ("import importlib.util, torch; print(torch.__version__, [m for m in ('pytest', 'playwright', "
+             "'transformers', 'hypothesis', 'kubernetes_validate') if importlib.util.find_spec(m)])")
+    done = container_tools.podman("run", "--rm", "--network", "none", *container_tools.LIMITS, "--entrypoint", "python",
+                                  image, "-c", probe)
+    assert done.stdout.split() == ["2.13.0+cpu", "[]"], done.stdout
+    assert container_tools.image_bytes(image) <= 1.2e9, container_tools.image_bytes(image)

@@ -1,0 +1,100 @@
+"""The TA's image built with podman and run, as the README's "Grading in a container" says.
+
+Where podman cannot pull the official Python image (no registry reachable), the base is made
+here by ``autograder/make-base-image.sh`` (debootstrap, then ``podman import``) and passed to
+the Dockerfile as ``BASE_IMAGE``. The build sees this machine's pip configuration (its index, its
+local wheels and its CA certificates), mounted read-only, as pip here does; none of it is kept in
+the image.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE = "localhost/self-attention-grader:test"
+OFFICIAL_BASE = "python:3.11-slim-bookworm"
+MADE_BASE = "localhost/course-base:bookworm"
+# podman as root asks the runtime for limits above what some hosts allow ("error setting rlimit");
+# these are ample for grading.
+LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+# What lets bubblewrap build a sandbox inside the container (podman's names for the README's
+# docker options: unmask=ALL is docker's systempaths=unconfined).
+SANDBOX_OPTIONS = ["--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+                   "--security-opt", "unmask=ALL"]
+
+
+def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    # crun fails on some hosts' cgroups; runc, where installed, works on all we have seen.
+    runtime = ["--runtime", "runc"] if shutil.which("runc") and args[0] in ("build", "run") else []
+    done = subprocess.run(["podman", args[0], *runtime, *args[1:]], capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args[:2])} failed ({done.returncode}):\n"
+                             f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def podman_problem() -> str | None:
+    """Why this machine cannot run podman at all, or None."""
+    if not shutil.which("podman"):
+        return "podman is not installed (sudo apt-get install podman runc debootstrap, or make container-packages)"
+    done = subprocess.run(["podman", "info"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"podman cannot run here: {(done.stderr or done.stdout).strip()[-500:]}"
+    return None
+
+
+def base_image() -> str:
+    """The official base if podman has it or can pull it, else one made with debootstrap."""
+    for image in (OFFICIAL_BASE, MADE_BASE):
+        if podman("image", "exists", image, check=False).returncode == 0:
+            return image
+    if podman("pull", "--quiet", OFFICIAL_BASE, check=False, timeout=300).returncode == 0:
+        return OFFICIAL_BASE
+    done = subprocess.run([str(REPO / "autograder" / "make-base-image.sh"), MADE_BASE], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, f"No registry, and no base could be made:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return MADE_BASE
+
+
+def pip_settings(scratch: Path) -> list[str]:
+    """Mounts that give the build this machine's pip configuration: its settings as one pip.conf
+    (from ``pip config list``, files and environment together) and the local paths it names."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            check=True).stdout
+    settings = dict(re.findall(r"^[^.\n]*\.([\w-]+)='(.*)'$", listed, flags=re.MULTILINE))
+    if not settings:
+        return []
+    conf = scratch / "pip.conf"
+    conf.write_text("[global]\n" + "".join(f"{key} = {value}\n" for key, value in settings.items()))
+    mounts = ["--volume", f"{conf}:/etc/pip.conf:ro"]
+    for value in settings.values():
+        for word in value.split():
+            # A local index (file://.../simple) links to files beside it: its parent goes along.
+            path = Path(word.removeprefix("file://")).parent if word.startswith("file://") else Path(word)
+            if path.is_absolute() and path.exists():
+                mounts += ["--volume", f"{path}:{path}:ro"]
+    return mounts
+
+
+def build_image(scratch: Path) -> str:
+    """Builds the image from autograder/Dockerfile (about 3 minutes here) and returns its name.
+    The last run's image goes first, so that runs do not pile up images of 1.2 GB."""
+    podman("rmi", "--force", IMAGE, check=False)
+    podman("build", *LIMITS, *pip_settings(scratch), "--build-arg", f"BASE_IMAGE={base_image()}",
+           "--file", str(REPO / "autograder" / "Dockerfile"), "--tag", IMAGE, str(REPO), timeout=1500)
+    return IMAGE
+
+
+def run(image: str, course: Path, *command: str, sandbox: bool = True) -> subprocess.CompletedProcess:
+    """The image's entry command on a course folder mounted at /course, with no network."""
+    return podman("run", "--rm", "--network", "none", *LIMITS, *(SANDBOX_OPTIONS if sandbox else []),
+                  "--volume", f"{course}:/course", image, *command, check=False)
+
+
+def image_bytes(image: str) -> int:
+    return int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
