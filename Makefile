@@ -7,10 +7,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
-# Two test processes, one per core, each taking whole groups of tests (tests/conftest.py: a file, or
-# files that share a graded class), the longest first, so that no long file starts last.
-# `make test PYTEST_ARGS=...` to change.
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+# Two test processes, one per core, each taking whole files (their module fixtures, graded classes
+# among them, are made once), the longest first (tests/conftest.py), so that no long file starts
+# last. `make test PYTEST_ARGS=...` to change.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: test demo env system-packages browser-packages container-packages hub-packages release student-kit clean
 
