@@ -8,9 +8,9 @@ STAMP  := $(VENV)/.installed
 
 PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
 # Two test processes, one per core, each taking whole files (their module fixtures, graded classes
-# among them, are made once), the longest first (tests/conftest.py), so that no long file starts
-# last. `make test PYTEST_ARGS=...` to change.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# among them, are made once), the longest first, in the collection's order (tests/conftest.py,
+# tests/scheduling.py), so that no long file starts last. `make test PYTEST_ARGS=...` to change.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: test demo env system-packages browser-packages container-packages hub-packages release student-kit clean
 

@@ -55,7 +55,7 @@ def released_run(request):
 
 
 # --------------------------------------------------------------------------------------
-# The order in which xdist hands files out (make test: --dist loadfile, whole files, in this order)
+# How xdist shares the files between workers (make test: tests/scheduling.py, in this order)
 # --------------------------------------------------------------------------------------
 
 LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_student_kit.py", "test_container.py", "test_grading.py",
@@ -66,8 +66,15 @@ last and leaves the other worker idle."""
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest files first; a stable sort, so every worker collects the same order. (xdist's
-    loadgroup, which could keep files that share the hostile class together, does not group under
-    this pytest: its marks never reach the scheduler.)"""
+    """The longest files first; a stable sort, so every worker collects the same order."""
     rank = {file: n for n, file in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, refined (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadfile":
+        from scheduling import CourseScheduling
+        return CourseScheduling(config, log)
+    return None
