@@ -41,10 +41,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from autograder import pipeline  # noqa: E402
+from autograder import cells, pipeline  # noqa: E402
+from autograder.assignment import Assignment  # noqa: E402
+from autograder.course import Course  # noqa: E402
 from autograder.demo import with_answer  # noqa: E402
 from autograder.errors import GradingError  # noqa: E402
-from autograder.grading import Assignment, Course, ItemResult, grade_class  # noqa: E402
+from autograder.grading import grade_class  # noqa: E402
+from autograder.results import ItemResult  # noqa: E402
 from transformer_lm import catalog  # noqa: E402
 
 
@@ -115,8 +118,7 @@ class ItemAudit:
 
 def answer_editor(solution: dict) -> Callable[..., str]:
     """``answer(grade_id, (old, new), ...)`` over the answer cells of ``solution``."""
-    answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in solution["cells"]
-               if c["metadata"].get("nbgrader", {}).get("solution")}
+    answers = cells.answers(solution["cells"])
 
     def answer(grade_id: str, *replacements: tuple[str, str]) -> str:
         text = answers[grade_id]

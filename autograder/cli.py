@@ -43,7 +43,7 @@ def shard_of(text: str) -> tuple[int, int]:
 def course_of(args):
     """The command's course folder, with its settings and the command line's overrides of them."""
     from autograder.config import load_settings
-    from autograder.grading import Course
+    from autograder.course import Course
 
     root = Path(args.course).resolve()
     course = Course(root, load_settings(root, workers=getattr(args, "workers", None),
@@ -216,7 +216,7 @@ def k8s_command(args) -> int:
 
 def serve_command(args) -> int:
     from autograder.errors import GradingError
-    from autograder.grading import Course
+    from autograder.course import Course
     from autograder.service import web
 
     course = Course(Path(args.course).resolve())  # a folder without nbgrader_config.py is refused here
@@ -241,13 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand (the container and the Kubernetes Jobs use it too)."""
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    add_grading_commands(sub)
+    add_course_commands(sub)
+    return parser
 
-    def course_options(p, sandboxed=True):
-        p.add_argument("--course", default=os.getcwd(), help="the course folder (default: here)")
-        if sandboxed:
-            p.add_argument("--unsafe-no-sandbox", action="store_true",
-                           help="run student code without bubblewrap (only where a container is the wall)")
 
+def course_options(p: argparse.ArgumentParser, sandboxed: bool = True) -> None:
+    """The course folder and, for commands that run student code, the sandbox's switch."""
+    p.add_argument("--course", default=os.getcwd(), help="the course folder (default: here)")
+    if sandboxed:
+        p.add_argument("--unsafe-no-sandbox", action="store_true",
+                       help="run student code without bubblewrap (only where a container is the wall)")
+
+
+def add_grading_commands(sub) -> None:
+    """grade, merge, audit and k8s: the commands that grade submissions or plan their grading."""
     p = sub.add_parser("grade", help="grade the submissions of an assignment")
     p.add_argument("assignment")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
@@ -269,6 +277,26 @@ def build_parser() -> argparse.ArgumentParser:
     course_options(p, sandboxed=False)
     p.set_defaults(run=merge_command)
 
+    p = sub.add_parser("audit", help="grade the assignment's bank of mistakes and correct alternatives, item by item")
+    p.add_argument("assignment")
+    p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers)")
+    course_options(p)
+    p.set_defaults(run=audit_command)
+
+    p = sub.add_parser("k8s", help="print Kubernetes Jobs that grade an assignment in shards, then merge")
+    p.add_argument("assignment")
+    p.add_argument("--shards", type=int, default=4, help="pods that grade side by side (default: 4)")
+    p.add_argument("--image", default="self-attention-grader:latest", help="the TA container's image")
+    p.add_argument("--claim", default="self-attention-course", help="the course folder's PersistentVolumeClaim")
+    p.add_argument("--workers", type=int, default=2, help="submissions each pod grades side by side")
+    p.add_argument("--part", choices=("grade", "merge"), default="grade",
+                   help="the Job that grades the shards, or the one that merges them once they are complete")
+    p.set_defaults(run=k8s_command)
+
+
+def add_course_commands(sub) -> None:
+    """The commands that read or show a course: validate, feedback, report, similarity, demo, the
+    student kit and the grading service."""
     p = sub.add_parser("validate", help="run a notebook's visible checks, as a student would")
     p.add_argument("notebook")
     p.set_defaults(run=validate_command)
@@ -296,22 +324,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=demo_command)
 
-    p = sub.add_parser("audit", help="grade the assignment's bank of mistakes and correct alternatives, item by item")
-    p.add_argument("assignment")
-    p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers)")
-    course_options(p)
-    p.set_defaults(run=audit_command)
-
-    p = sub.add_parser("k8s", help="print Kubernetes Jobs that grade an assignment in shards, then merge")
-    p.add_argument("assignment")
-    p.add_argument("--shards", type=int, default=4, help="pods that grade side by side (default: 4)")
-    p.add_argument("--image", default="self-attention-grader:latest", help="the TA container's image")
-    p.add_argument("--claim", default="self-attention-course", help="the course folder's PersistentVolumeClaim")
-    p.add_argument("--workers", type=int, default=2, help="submissions each pod grades side by side")
-    p.add_argument("--part", choices=("grade", "merge"), default="grade",
-                   help="the Job that grades the shards, or the one that merges them once they are complete")
-    p.set_defaults(run=k8s_command)
-
     p = sub.add_parser("student-kit", help="build what students receive (release and lecture notebooks, the student "
                                            "package) into a new folder, and check that it holds no answer")
     p.add_argument("out_dir", help="the kit's folder: new, or empty")
@@ -320,8 +332,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="the JupyterHub service that grades students' checks before the deadline")
     course_options(p, sandboxed=False)
     p.set_defaults(run=serve_command)
-
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autograder import pipeline, report
+from autograder.cells import with_grade_id
 from autograder.config import load_settings
+from autograder.course import Course
 from autograder.errors import GradingError
-from autograder.grading import Course
 from autograder.pipeline import ClassGrades
 from autograder.record import nbgrader_env
 
@@ -55,7 +56,7 @@ class CausalAttention(nn.Module):
 def with_answer(notebook: dict, grade_id: str, change) -> dict:
     """A copy of ``notebook`` whose answer cell ``grade_id`` holds ``change(its source)``."""
     nb = copy.deepcopy(notebook)
-    cells = [cell for cell in nb["cells"] if cell["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    cells = with_grade_id(nb["cells"], grade_id)
     if len(cells) != 1:
         raise GradingError(f"The notebook has {len(cells)} cells with grade_id {grade_id!r}, not one.")
     cells[0]["source"] = change("".join(cells[0]["source"]))

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from autograder.grading import Course, SubmissionResult
+from autograder.course import Course
 from autograder.record import Marking, feedback_stamp, marking_digest
+from autograder.results import SubmissionResult
 
 # The pages' templates (autograder/templates/), shared with autograder.report: every value
 # put into a page is escaped, so no string from a submission becomes markup. They are found

@@ -9,9 +9,9 @@ import json
 import re
 from pathlib import Path
 
+from autograder.cells import marks, source_text
+from autograder.course import Course
 from autograder.feedback import PAGES
-from autograder.grading import Course
-from autograder.preflight import source_text
 
 SOLUTION = re.compile(r"### BEGIN SOLUTION\s*(.*?)\s*### END SOLUTION", re.S)
 
@@ -23,7 +23,7 @@ def written_questions(course: Course, assignment: str) -> list[dict]:
     for path in sorted((course.root / "source" / assignment).glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         for index, cell in enumerate(cells):
-            meta = cell.get("metadata", {}).get("nbgrader", {})
+            meta = marks(cell)
             if cell.get("cell_type") != "markdown" or not (meta.get("grade") and meta.get("solution")):
                 continue
             question = next((source_text(c.get("source", "")) for c in reversed(cells[:index])

@@ -18,6 +18,8 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool, Unicode
 
+from autograder.cells import grade_id
+
 _PREPARED: dict = {}
 """Each assignment's prepared hidden checks, by course folder and name."""
 
@@ -26,7 +28,7 @@ def _course(root: Path, config):
     """The course with the settings nbgrader loaded from its ``nbgrader_config.py``: the same
     ones ``autograder grade`` reads."""
     from autograder.config import load_settings
-    from autograder.grading import Course
+    from autograder.course import Course
 
     return Course(root, load_settings(root, config=config))
 
@@ -34,7 +36,7 @@ def _course(root: Path, config):
 def _assignment(course, name: str):
     """The assignment's hidden checks, prepared once per ``nbgrader autograde`` run rather than
     once per notebook."""
-    from autograder.grading import Assignment
+    from autograder.assignment import Assignment
 
     key = (course.root, name)
     if key not in _PREPARED:
@@ -51,7 +53,8 @@ class TrustedGrading(Preprocessor):
     def preprocess(self, nb, resources):
         # Imported here: nbgrader loads this module with the course's config for every command.
         from autograder import pipeline
-        from autograder.grading import grade_class, write_report
+        from autograder.grading import grade_class
+        from autograder.results import write_report
         from autograder.sanitize import neutralize_student_markdown
 
         info = resources.get("nbgrader", {})
@@ -68,7 +71,7 @@ class TrustedGrading(Preprocessor):
         neutralize_student_markdown(nb.cells, assignment.release[notebook])
         verdicts = {f"{item.grade_id}_test": item for item in items}
         for cell in nb.cells:
-            item = verdicts.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+            item = verdicts.get(grade_id(cell))
             if item is None:
                 continue
             text = f"[{item.status}] {item.message}" + (f"\nHint: {item.hint}" if item.hint else "")

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.cells import grade_ids, marks, role, source_text
 from autograder.forbidden import found_in_text
 from autograder.notebook_data import read_notebook, shown
 from transformer_lm.source_scan import mentioned_names, parse_cell
@@ -76,51 +77,22 @@ class Preflight:
         return [c for c in self.cells if c.cell_type == "code"]
 
 
-def source_text(source) -> str:
-    """A cell's source as one string (nbformat keeps it as a string or a list of lines)."""
-    return "".join(source) if isinstance(source, list) else str(source)
-
-
-def _nbgrader(cell: dict) -> dict:
-    meta = cell.get("metadata")
-    value = meta.get("nbgrader") if isinstance(meta, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def grade_ids(cells: list) -> set[str]:
-    """The nbgrader ``grade_id`` of every cell that has one; cells or metadata of the wrong type
-    (a student's notebook is data) have none."""
-    return {gid for cell in cells if isinstance(cell, dict) if isinstance(gid := _nbgrader(cell).get("grade_id"), str)}
-
-
 def _grading_fields(cell: dict) -> dict:
     """The nbgrader fields that decide how a cell is graded (nbgrader's checksums are not among them)."""
-    return {k: v for k, v in _nbgrader(cell).items() if k in ("grade", "solution", "locked", "grade_id", "points", "task")}
-
-
-def _role(meta: dict) -> str:
-    if not meta:
-        return "other"
-    if meta.get("solution") and meta.get("grade"):
-        return "manual"
-    if meta.get("solution"):
-        return "answer"
-    if meta.get("grade"):
-        return "test"
-    return "readonly" if meta.get("locked") else "other"
+    return {k: v for k, v in marks(cell).items() if k in ("grade", "solution", "locked", "grade_id", "points", "task")}
 
 
 def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tuple[list[dict], set[str]]:
     """The student's cells, with locked cells and metadata restored from the release, and the
     grade_ids of the graded cells that were missing (restored as the release has them)."""
-    by_id = {_nbgrader(c)["grade_id"]: c for c in release if _nbgrader(c).get("grade_id")}
+    by_id = {marks(c)["grade_id"]: c for c in release if marks(c).get("grade_id")}
     by_cell_id = {c.get("id"): gid for gid, c in by_id.items() if c.get("id")}
     present = grade_ids(student)
     seen: set[str] = set()
     cells: list[dict] = []
     for position, cell in enumerate(student):
         cell = copy.deepcopy(cell)
-        grade_id = _nbgrader(cell).get("grade_id")
+        grade_id = marks(cell).get("grade_id")
         if grade_id is None and by_cell_id.get(cell.get("id")) not in (None, *present, *seen):
             grade_id = by_cell_id[cell["id"]]  # its nbgrader metadata was lost (damaged): its cell id says which
             flags.append(f"Cell {position + 1} had lost its nbgrader metadata; its cell id shows it is {grade_id!r}.")
@@ -136,24 +108,24 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tupl
             continue
         seen.add(grade_id)
         original = by_id[grade_id]
-        if _role(_nbgrader(original)) in ("test", "readonly"):
+        if role(original) in ("test", "readonly"):
             if source_text(cell.get("source", "")) != source_text(original["source"]) or cell.get("cell_type") != original["cell_type"]:
                 flags.append(f"The locked cell {grade_id!r} was changed; it was restored from the release.")
             cells.append(copy.deepcopy(original))
             continue
         if _grading_fields(cell) != _grading_fields(original) or cell.get("cell_type") != original["cell_type"]:
             flags.append(f"The nbgrader metadata of {grade_id!r} was changed; it was restored from the release.")
-        cell["metadata"] = {**(cell.get("metadata") or {}), "nbgrader": copy.deepcopy(_nbgrader(original))}
+        cell["metadata"] = {**(cell.get("metadata") or {}), "nbgrader": copy.deepcopy(marks(original))}
         cell["cell_type"] = original["cell_type"]
         cells.append(cell)
     # Graded cells the submission lost come back as the release has them, after their predecessor.
     lost = set()
     for position, original in enumerate(release):
-        grade_id = _nbgrader(original).get("grade_id")
+        grade_id = marks(original).get("grade_id")
         if not grade_id or grade_id in seen:
             continue
-        earlier = {_nbgrader(c).get("grade_id") for c in release[:position]} - {None}
-        at = max((i + 1 for i, c in enumerate(cells) if _nbgrader(c).get("grade_id") in earlier), default=0)
+        earlier = {marks(c).get("grade_id") for c in release[:position]} - {None}
+        at = max((i + 1 for i, c in enumerate(cells) if marks(c).get("grade_id") in earlier), default=0)
         cells.insert(at, copy.deepcopy(original))
         seen.add(grade_id)
         flags.append(f"The graded cell {grade_id!r} was missing; it was restored from the release.")
@@ -195,13 +167,13 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     if fatal:
         return Preflight(fatal=fatal)
     restored, lost = _restore(data["cells"], release_cells, result.flags)
-    release_skip = {_nbgrader(c).get("grade_id") for c in release_cells
+    release_skip = {marks(c).get("grade_id") for c in release_cells
                     if SKIP_TAG in (c.get("metadata", {}).get("tags") or [])}
     for index, node in enumerate(restored):
-        meta = _nbgrader(node)
+        meta = marks(node)
         tags = node.get("metadata", {}).get("tags") or []
         grade_id = meta.get("grade_id")
-        result.cells.append(Cell(index, node["cell_type"], source_text(node.get("source", "")), grade_id, _role(meta),
+        result.cells.append(Cell(index, node["cell_type"], source_text(node.get("source", "")), grade_id, role(node),
                                  SKIP_TAG in tags or (grade_id is not None and grade_id in release_skip), node))
     result.notebook = {**data, "cells": restored}
     for cell in result.cells:

@@ -22,9 +22,11 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
+from autograder.cells import grade_id, marks
+from autograder.course import Course
 from autograder.errors import GradingError
-from autograder.grading import Course, SubmissionResult
 from autograder.preflight import SKIP_TAG, Preflight
+from autograder.results import SubmissionResult
 from autograder.sanitize import inert_outputs, neutralize_student_markdown, safe_markdown
 
 CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "deduction",
@@ -121,7 +123,7 @@ def written_answers(course: Course, assignment: str) -> list[HandGrade]:
     for path in sorted((course.root / "release" / assignment).glob("*.ipynb")):
         notebook = path.stem
         for cell in json.loads(path.read_text())["cells"]:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
+            meta = marks(cell)
             if cell.get("cell_type") == "markdown" and meta.get("grade") and meta.get("grade_id"):
                 found.append(HandGrade(notebook, meta["grade_id"], float(meta.get("points", 0))))
     return found
@@ -219,7 +221,7 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
                 demonstration = SKIP_TAG in (cell.get("metadata", {}).get("tags") or [])
                 cell["outputs"] = inert_outputs(cell.get("outputs")) if demonstration else []
                 cell["execution_count"] = None
-            item = by_test.get((notebook, cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")))
+            item = by_test.get((notebook, grade_id(cell)))
             if item is not None:
                 cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": item_message(item) + "\n"}]
         node = nbformat.from_dict(nb)

@@ -1,7 +1,7 @@
 """Regrading after the hidden checks changed: whose reports are out of date, and what changed.
 
 Every report records the version of the hidden checks it was graded with
-(:func:`autograder.grading.checks_version`). ``autograder grade --regrade`` grades again only
+(:func:`autograder.course.checks_version`). ``autograder grade --regrade`` grades again only
 the submissions whose report has another version, or none (:func:`autograder.pipeline.regrade`),
 and this module compares each new report with the old one item by item, so that an instructor
 sees who gained or lost points on which item, and why, before releasing the new grades.
@@ -13,7 +13,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grading import ItemResult, SubmissionResult
+from autograder.results import ItemResult, SubmissionResult
 from autograder.sanitize import spreadsheet_safe
 
 CHANGE_FIELDS = ["student", "grade_id", "old_score", "new_score", "old_status", "new_status", "old_mistake",

@@ -25,17 +25,12 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from autograder.course import Course
 from autograder.errors import GradingError
 from autograder.feedback import PAGES
-from autograder.grading import (
-    NOT_WRITTEN,
-    STATUSES,
-    Course,
-    SubmissionResult,
-    load_results,
-)
 from autograder.guide import write_guide
 from autograder.record import Marking, item_message, markings, stale_feedback
+from autograder.results import load_results, NOT_WRITTEN, STATUSES, SubmissionResult
 from autograder.sanitize import spreadsheet_safe
 from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE
 from autograder.similarity_report import write_similarity

@@ -27,15 +27,15 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from autograder.cells import answer_cells, grade_ids
+from autograder.course import Course, load_items
 from autograder.errors import GradingError
 from autograder.fingerprints import Fingerprint, fingerprint
-from autograder.grading import Course, answer_cells, find_notebook, load_items
+from autograder.grading import find_notebook
 from autograder.notebook_data import read_notebook
-from autograder.preflight import grade_ids
 
 CLASSMATE, REFERENCE, PUBLIC = "classmate", "course reference", "public code"
 """Where the other answer of a pair comes from."""

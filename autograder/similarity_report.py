@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from autograder.course import Course
 from autograder.feedback import PAGES
 from autograder.fingerprints import K, matching_regions
-from autograder.grading import Course
 from autograder.sanitize import spreadsheet_safe
 from autograder.similarity import (CLASSMATE, MIN_COMMON, PUBLIC, REFERENCE, SHORT, CellSimilarity, ClassSimilarity,
                                    Pair, compare_class)

@@ -27,6 +27,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from autograder.cells import marks
 from autograder.errors import GradingError
 
 PACKAGE = "transformer_lm"
@@ -200,7 +201,7 @@ def solution_lines(root: Path) -> set[str]:
     answers, given = set(), set()
     for path in sorted((root / "source").glob("*/*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
-            metadata = cell.get("metadata", {}).get("nbgrader", {})
+            metadata = marks(cell)
             inside = cell["cell_type"] == "markdown" and metadata.get("solution") is True
             for line in "".join(cell["source"]).split("\n"):
                 stripped = line.strip()
@@ -219,7 +220,7 @@ def answer_names(root: Path) -> set[str]:
     names = set()
     for path in sorted((root / "release").glob("*/*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            if cell["cell_type"] != "code" or not marks(cell).get("solution"):
                 continue
             try:
                 tree = ast.parse("".join(cell["source"]))

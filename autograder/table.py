@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 
-from autograder.grading import SubmissionResult
+from autograder.results import SubmissionResult
 
 
 def _cell(item) -> str:

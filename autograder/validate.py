@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from autograder.cells import marks
 from autograder.preflight import SKIP_TAG
 
 
@@ -38,7 +39,7 @@ def validate(path: Path, timeout: int = 120) -> int:
     client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log (a warning about TCP transport) is not a result
     failed = 0
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = marks(cell)
         if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
             continue
         error = _error_text(cell)

@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     failures = []
     for causal in (False, True):
         out_gap, grad_gap = largest_gaps(args.device, sizes[-2], causal)
-        print(f"T = {sizes[-2]}, causal={causal}: largest gap of the output {out_gap:.1e}, of the gradients {grad_gap:.1e}")
+        print(f"T = {sizes[-2]}, causal={causal}: largest gap of the output {out_gap:.1e}, "
+              f"of the gradients {grad_gap:.1e}")
         if max(out_gap, grad_gap) > TOLERANCE:
             failures.append(f"the tiled attention (causal={causal}) differs from plain attention by more than {TOLERANCE}")
     for name, most in (("plain", None), ("flash_forward", 2.5)):

@@ -27,25 +27,23 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder import pipeline  # noqa: E402
+from autograder import cells, pipeline  # noqa: E402
 from autograder.config import load_settings  # noqa: E402
+from autograder.course import Course  # noqa: E402
 from autograder.demo import make_course  # noqa: E402
-from autograder.grading import Course  # noqa: E402
 
 
 def solution_cells(source: dict) -> dict[str, str]:
     """The source notebook's answer cells, by grade_id."""
-    return {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in source.cells
-            if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"}
+    return cells.answers([cell for cell in source.cells if cell.cell_type == "code"])
 
 
 def filled(release: dict, answers: dict[str, str]) -> dict:
     """The release with the answer cells of ``answers`` filled in."""
     notebook = nbformat.from_dict(release)
     for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
+        if cells.grade_id(cell) in answers:
+            cell.source = answers[cells.grade_id(cell)]
     return notebook
 
 

@@ -36,8 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from nbgrader.api import Gradebook  # noqa: E402
 
+from autograder.cells import grade_id, role  # noqa: E402
+from autograder.course import Course  # noqa: E402
 from autograder.demo import make_course  # noqa: E402
-from autograder.grading import Course  # noqa: E402
 from autograder.record import nbgrader_env  # noqa: E402
 from benchmarks import in_kernel  # noqa: E402
 
@@ -79,10 +80,6 @@ MEASURE = ("import resource, subprocess, sys\n"
            "sys.exit(code)\n")
 
 
-def grade_id(cell: dict) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
 def submission(kind: str, solution: dict, blank: dict) -> dict:
     """One student's notebook: the solution, the blank release, or the solution with a mistake."""
     if kind == "blank":
@@ -121,7 +118,7 @@ def plain_nbgrader_course(trusted: Path, root: Path) -> None:
     path = root / "source" / ASSIGNMENT / NOTEBOOK
     notebook = json.loads(path.read_text())
     for cell in notebook["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade") and cell["cell_type"] == "code":
+        if role(cell) == "test" and cell["cell_type"] == "code":
             cell["source"] = "".join(cell["source"]) + HIDDEN.format(grade_id=grade_id(cell).removesuffix("_test"))
     path.write_text(json.dumps(notebook, indent=1))
     nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")

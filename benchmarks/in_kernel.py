@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from autograder.grading import Course, generator_for, load_items
+from autograder.course import Course, generator_for, load_items
 from transformer_lm.kinds import judge_here
 
 COURSE, ASSIGNMENT = "BENCHMARK_COURSE", "BENCHMARK_ASSIGNMENT"

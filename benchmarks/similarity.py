@@ -28,8 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.audit import load_bank, solution_of  # noqa: E402
+from autograder.cells import answers  # noqa: E402
+from autograder.course import Course  # noqa: E402
 from autograder.demo import ASSIGNMENT, NOTEBOOK, make_course, with_answer  # noqa: E402
-from autograder.grading import Course  # noqa: E402
 from autograder.similarity import CLASSMATE  # noqa: E402
 from autograder.similarity_report import write_similarity  # noqa: E402
 
@@ -71,11 +72,9 @@ def make_class(root: Path, students: int, seed: int) -> None:
     _, solution = solution_of(course, ASSIGNMENT)
     blank = json.loads((root / "release" / ASSIGNMENT / NOTEBOOK).read_text())
     bank = load_bank(Course(REPO), ASSIGNMENT, solution)
-    cells = [c["metadata"]["nbgrader"]["grade_id"] for c in blank["cells"]
-             if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution")]
-    answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in solution["cells"]
-               if c["metadata"].get("nbgrader", {}).get("solution")}
-    pools = {cell: [answers[cell], *(text for _, text in bank.alternatives.get(cell, [])),
+    cells = list(answers([c for c in blank["cells"] if c["cell_type"] == "code"]))
+    model = answers(solution["cells"])
+    pools = {cell: [model[cell], *(text for _, text in bank.alternatives.get(cell, [])),
                     *bank.mutants.get(cell, {}).values()] for cell in cells}
     rng = random.Random(seed)
     notebooks = {}

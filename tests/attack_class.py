@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import demo
+from autograder.cells import grade_id
 from hostile_class import add_cell, replace
 
 A = "05_efficient_attention"
@@ -407,6 +408,6 @@ def attacks(good: dict, blank: dict) -> list[Attack]:
 
 def _function_class(notebook: dict) -> str:
     """The solution's FlashAttention class (the part of the backward's cell after its function)."""
-    cell = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "flash_backward")
+    cell = next(c for c in notebook["cells"] if grade_id(c) == "flash_backward")
     source = "".join(cell["source"])
     return "\n\n" + source[source.index("class FlashAttention"):]

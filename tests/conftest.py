@@ -8,7 +8,8 @@ import pytest
 
 import hostile_class
 import notebook_tools as tools
-from autograder import demo, grading, sandbox
+from autograder import demo, sandbox
+from autograder.course import Course
 
 CELL_TIMEOUT = "5"
 
@@ -27,7 +28,7 @@ def graded_class(tmp_path_factory):
     demo.make_course(root, hostile_class.A, generate=False)
     cases = hostile_class.cases(root)
     hostile_class.write_submissions(root, cases)
-    grading.Course(root).secret()  # made before grading, so that its hash can be taken
+    Course(root).secret()  # made before grading, so that its hash can be taken
     before = fingerprint([root / "nbgrader_config.py", root / "source" / hostile_class.A / hostile_class.NB,
                           root / "submitted" / "ada_solution" / hostile_class.A / hostile_class.NB,
                           root / ".grading" / "secret"])

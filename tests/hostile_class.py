@@ -14,6 +14,7 @@ from pathlib import Path
 
 import autograder
 from autograder import demo
+from autograder.cells import grade_id, marks
 
 A = demo.ASSIGNMENT
 NB = demo.NOTEBOOK
@@ -185,7 +186,7 @@ def replace(notebook: dict, grade_id: str, source: str) -> dict:
 def add_cell(notebook: dict, source: str, before: str) -> dict:
     """An ordinary code cell (no nbgrader metadata) before the answer cell ``before``."""
     nb = json.loads(json.dumps(notebook))
-    at = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == before)
+    at = next(i for i, c in enumerate(nb["cells"]) if grade_id(c) == before)
     nb["cells"].insert(at, {"cell_type": "code", "id": f"added-{at}", "metadata": {}, "source": source,
                             "outputs": [], "execution_count": None})
     return nb
@@ -260,7 +261,7 @@ def nested(notebook: dict) -> bytes:
 
 
 def is_test(cell) -> bool:
-    meta = cell["metadata"].get("nbgrader", {})
+    meta = marks(cell)
     return bool(meta.get("grade")) and not meta.get("solution")
 
 
@@ -279,18 +280,18 @@ def cases(course: Path) -> list[Case]:
                     message={grade_id: message} if message else {})
 
     def with_metadata(cell, **changes):
-        meta = cell["metadata"].get("nbgrader")
+        meta = marks(cell)
         if meta:
             meta.update({k: v(meta) if callable(v) else v for k, v in changes.items()})
         return cell
 
     duplicate = json.loads(json.dumps(good))
     at = next(i for i, c in enumerate(duplicate["cells"])
-              if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_attention")
+              if grade_id(c) == "causal_attention")
     duplicate["cells"].insert(at + 1, json.loads(json.dumps(duplicate["cells"][at])) | {"id": "pasted"})
     renamed = edit_cells(wrong, lambda c: with_metadata(c, grade_id=lambda m: m["grade_id"] + "_v2",
                                                        checksum="0" * 32, schema_version=99)
-                         if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_attention" else c)
+                         if grade_id(c) == "causal_attention" else c)
     raw = json.dumps(good).encode()
 
     return [
@@ -380,7 +381,7 @@ def cases(course: Path) -> list[Case]:
         Case("demo_outputs", with_demo_outputs(good), 10, {item: {"passed"} for item in ITEMS}),
         # notebooks that break nbformat's schema: graded as far as they can be, the rest of the class goes on
         Case("bad_metadata_list", edit_cells(good, lambda c: {**c, "metadata": [1, 2]}
-                                             if c["metadata"].get("nbgrader", {}).get("grade_id") == "softmax_stable"
+                                             if grade_id(c) == "softmax_stable"
                                              else c), 10, {i: {"passed"} for i in ITEMS}),
         Case("bad_types", mistyped(good), 10, {i: {"passed"} for i in ITEMS}),
         Case("bad_nested", nested(good), 0, {i: {"error"} for i in ITEMS}, message={"softmax_stable": "nested"}),

@@ -21,6 +21,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
+from autograder.cells import grade_id, marks
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -50,11 +52,6 @@ def execute(path_or_nb, *, allow_errors: bool = False, timeout: int = 120, cwd=N
     return nb
 
 
-def grade_id(cell) -> str | None:
-    """The cell's nbgrader ``grade_id``, or None for a cell that nbgrader does not track."""
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
 def cell_by_grade_id(nb: NotebookNode, grade_id_: str) -> NotebookNode:
     """The cell whose nbgrader ``grade_id`` is ``grade_id_``; KeyError if there is none."""
     for cell in nb.cells:
@@ -67,14 +64,14 @@ def graded_cells(nb: NotebookNode, *, kind: str) -> list[NotebookNode]:
     """nbgrader's answer cells (``kind="solution"``) or autograded test cells (``kind="grade"``)."""
     if kind not in ("solution", "grade"):
         raise ValueError(f"kind must be 'solution' or 'grade', got {kind!r}")
-    return [cell for cell in nb.cells if cell.get("metadata", {}).get("nbgrader", {}).get(kind)]
+    return [cell for cell in nb.cells if marks(cell).get(kind)]
 
 
 def replace_solution(nb: NotebookNode, grade_id_: str, source: str) -> NotebookNode:
     """A copy of ``nb`` with the source of answer cell ``grade_id_`` replaced by ``source``."""
     nb = read(nb)
     cell = cell_by_grade_id(nb, grade_id_)
-    if not cell.metadata["nbgrader"].get("solution"):
+    if not marks(cell).get("solution"):
         raise ValueError(f"cell {grade_id_!r} is not an answer (solution) cell")
     cell.source = source
     return nb
@@ -237,7 +234,7 @@ def grade_course(root, assignment: str, *, workers: int = 2, cell_timeout: float
     entry point (:func:`autograder.pipeline.grade_and_record`), as ``autograder grade`` does."""
     from autograder import pipeline
     from autograder.config import load_settings
-    from autograder.grading import Course
+    from autograder.course import Course
 
     root = Path(root)
     course = Course(root, load_settings(root, workers=workers, cell_timeout=cell_timeout))

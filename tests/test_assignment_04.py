@@ -296,7 +296,7 @@ def visible_check_of(source_nb, test_id: str, replacements: dict[str, str]) -> s
 def hidden_verdicts(namespace: dict, grade_id: str, secret: bytes) -> list:
     """The hidden checks of ``grade_id`` judged on objects of ``namespace``, without the sandbox:
     each probe called here as the harness would call it."""
-    from autograder.grading import Course, generator_for, load_items
+    from autograder.course import Course, generator_for, load_items
     from transformer_lm.kinds import judge_here
 
     item = next(i for i in load_items(Course(tools.REPO_ROOT), ASSIGNMENT) if i.grade_id == grade_id)

@@ -9,7 +9,8 @@ import pytest
 import notebook_tools as tools
 from autograder import audit, sandbox
 from autograder.config import load_settings
-from autograder.grading import Course, ItemResult
+from autograder.course import Course
+from autograder.results import ItemResult
 
 BANKS = tools.REPO_ROOT / "autograder" / "checks" / "audit"
 ASSIGNMENTS = sorted(path.stem for path in BANKS.glob("[0-9]*.py"))

@@ -11,7 +11,7 @@ import pytest
 
 import notebook_tools as tools
 from autograder.cli import main
-from autograder.grading import Course
+from autograder.course import Course
 
 
 def run(*argv) -> tuple[int, str]:

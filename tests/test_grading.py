@@ -14,6 +14,7 @@ from nbgrader.api import Gradebook
 
 import hostile_class
 from autograder import demo
+from autograder.cells import grade_id
 
 A = hostile_class.A
 NB = hostile_class.NB
@@ -67,7 +68,7 @@ def test_nbgrader_autograde_takes_the_trusted_path(graded_class):
         assert gb.find_submission(A, "atk_allclose").score == report(root, "atk_allclose")["total"] < 10
     autograded = json.loads((root / "autograded" / "atk_allclose" / A / NB).read_text())
     causal = next(c for c in autograded["cells"]
-                  if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_attention_test")
+                  if grade_id(c) == "causal_attention_test")
     assert causal["outputs"][0]["output_type"] == "error"
 
 

@@ -12,7 +12,7 @@ import pytest
 import notebook_tools as tools
 from autograder import record, sandbox
 from autograder.cli import main
-from autograder.grading import Course
+from autograder.course import Course
 
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
 

@@ -12,7 +12,8 @@ import pytest
 
 import transformer_lm
 from autograder import course_code
-from autograder.grading import Course, generator_for, load_items
+from autograder.cells import marks
+from autograder.course import Course, generator_for, load_items
 from transformer_lm.kinds import judge_here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +25,7 @@ def graded_cells(assignment):
     cells = {}
     for path in (REPO / "source" / assignment).glob("*.ipynb"):
         for cell in json.loads(path.read_text())["cells"]:
-            meta = cell["metadata"].get("nbgrader", {})
+            meta = marks(cell)
             if meta.get("grade_id"):
                 cells[meta["grade_id"]] = meta
     return cells

@@ -114,3 +114,33 @@ def test_sandboxed_modules_import_nothing_else_of_the_course(name):
     path = modules()[name]
     outside = {m for m in imports(path, set(modules())) if m not in SANDBOX_SIDE}
     assert not outside, f"{name} imports {outside}"
+
+
+def test_no_function_of_either_package_is_over_fifty_lines():
+    long = [f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 50]
+    assert not long
+
+
+def test_no_module_uses_another_modules_underscore_names():
+    """A name with a leading underscore is its module's own: another module that needs it needs a
+    public name."""
+    known = set(modules())
+    used = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        ours = {}  # local name -> one of our modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in known:
+                used += [f"{name}: {node.module}.{a.name}" for a in node.names
+                         if a.name.startswith("_") and not a.name.startswith("__")]
+            if isinstance(node, ast.ImportFrom) and node.module:  # from autograder import runner
+                ours.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                             if f"{node.module}.{a.name}" in known})
+            if isinstance(node, ast.Import):
+                ours.update({a.asname: a.name for a in node.names if a.asname and a.name in known})
+        used += [f"{name}: {ours[node.value.id]}.{node.attr}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ours
+                 and node.attr.startswith("_") and not node.attr.startswith("__")]
+    assert not used

@@ -17,14 +17,15 @@ from pathlib import Path
 import nbformat
 import pytest
 import notebook_tools as tools
-from autograder import demo, grading, record, sandbox
+from autograder import demo, record, sandbox
+from autograder.course import Course
 from autograder.record import nbgrader_env
 
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
 
 A = "01_attention_basics"
 NB = "attention_basics.ipynb"
-COURSE = grading.Course(tools.REPO_ROOT).settings.course_id
+COURSE = Course(tools.REPO_ROOT).settings.course_id
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def nbgrader(*args, cwd: Path, home: Path) -> None:
 
 def scores(course: Path, students) -> dict[str, float]:
     """Totals from nbgrader's gradebook, which both ways of grading write."""
-    with record.gradebook(grading.Course(course)) as gb:
+    with record.gradebook(Course(course)) as gb:
         return {s: gb.find_submission(A, s).score for s in students}
 
 

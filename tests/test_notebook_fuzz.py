@@ -25,8 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import grading, notebook_data, record, runner
+from autograder import notebook_data, record, runner
+from autograder.assignment import Assignment
+from autograder.cells import answer_cells
+from autograder.course import Course
 from autograder.preflight import preflight
+from autograder.results import SubmissionResult
 from autograder.service import intake, store
 from transformer_lm.style import style_problems
 
@@ -111,14 +115,14 @@ def course(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("fuzz")
     demo.make_course(root, A, generate=False)
-    return Graded(grading.Course(root))
+    return Graded(Course(root))
 
 
 class Graded:
     """The course and its loaded assignment (a short repr: Hypothesis prints it with a failing example)."""
 
-    def __init__(self, course: grading.Course):
-        self.course, self.assignment = course, grading.Assignment.load(course, A)
+    def __init__(self, course: Course):
+        self.course, self.assignment = course, Assignment.load(course, A)
 
     def __repr__(self) -> str:
         return f"Graded({A})"
@@ -144,9 +148,9 @@ def check_one(graded: Graded, folder: Path, raw: bytes) -> None:
     prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid not in assignment.stand_ins}
     plan, _ = runner.plan_of(pre, prepared, {pid: assignment.probe_item[pid] for pid in prepared})
     json.dumps(plan)
-    for _, source in grading.answer_cells(pre.notebook["cells"]):
+    for _, source in answer_cells(pre.notebook["cells"]):
         style_problems(source)
-    result = grading.SubmissionResult("fuzzed", A, 0.0, 0.0)
+    result = SubmissionResult("fuzzed", A, 0.0, 0.0)
     record.write_autograded(course, result, {NB: pre}, assignment.release)
     nbformat.validate(nbformat.read(course.root / "autograded" / "fuzzed" / A / f"{NB}.ipynb", as_version=4))
 

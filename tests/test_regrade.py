@@ -18,10 +18,11 @@ import json
 import pytest
 
 import notebook_tools as tools
-from autograder import demo, grading, sandbox
+from autograder import demo, sandbox
 from autograder.cli import main
-from autograder.grading import ItemResult, SubmissionResult
+from autograder.course import checks_version, Course
 from autograder.regrade import compare
+from autograder.results import ItemResult, SubmissionResult
 
 A = demo.ASSIGNMENT
 MISTAKE = "softmax over the wrong dimension"
@@ -63,8 +64,8 @@ def regraded(tmp_path_factory):
     root = tmp_path_factory.mktemp("regrade")
     demo.build_course(root)
     tools.grade_course(root, A, workers=2)
-    course = grading.Course(root)
-    old = grading.checks_version(course, A)
+    course = Course(root)
+    old = checks_version(course, A)
     with course.checks_file(A).open("a") as f:
         f.write(CHANGED_CHECKS)
     reports = course.reports(A)
@@ -73,7 +74,7 @@ def regraded(tmp_path_factory):
     del dee["checks_version"]
     (reports / "dee_cheater.json").write_text(json.dumps(dee))
     printed = run("grade", A, "--regrade", "--workers", "2", "--course", str(root))
-    return root, old, grading.checks_version(course, A), printed
+    return root, old, checks_version(course, A), printed
 
 
 def test_changes_csv_lists_exactly_the_changed_items(regraded):

@@ -29,6 +29,7 @@ import browser_tools
 import hub_tools
 import notebook_tools as tools
 from autograder import sandbox
+from autograder.cells import grade_id
 from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store
 from autograder.service.web import PER_PAGE
 
@@ -215,7 +216,7 @@ def test_a_malformed_notebook_is_checked_and_no_hidden_input_shows_through_an_ex
     made is nowhere (the code spells LEAK in two halves: a message may quote its line)."""
     token = hub.token_for("mallory")
     malformed = json.loads(nbformat.writes(SOLUTION))
-    cell = next(c for c in malformed["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "apply_rope")
+    cell = next(c for c in malformed["cells"] if grade_id(c) == "apply_rope")
     cell["metadata"] = [1, 2]
     sent = send(hub, token, malformed)
     assert sent.status_code == 202, sent.text

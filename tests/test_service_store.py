@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import notebook_tools as tools
+from autograder.course import Course
 from autograder.errors import GradingError
-from autograder.grading import Course
 from autograder.service import supervisor
 from autograder.service.intake import MAX_FILENAME, body_limit, read_post, read_sent
 from autograder.service.policy import Policies, Policy

@@ -8,8 +8,9 @@ import pytest
 from nbgrader.api import Gradebook
 
 import notebook_tools as tools
-from autograder import demo, grading, pipeline, sandbox
+from autograder import demo, pipeline, sandbox
 from autograder.cli import main
+from autograder.course import Course
 
 A = demo.ASSIGNMENT
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap",
@@ -31,9 +32,9 @@ def test_three_shards_merged_equal_one_run(tmp_path):
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     single.mkdir()
     demo.build_course(single)
-    grading.Course(single).secret()
+    Course(single).secret()
     shutil.copytree(single, sharded)  # the shards share one course folder, and so its secret
-    students = grading.Course(single).students(A)
+    students = Course(single).students(A)
 
     tools.grade_course(single, A, workers=2)
     for index in range(3):
@@ -41,7 +42,7 @@ def test_three_shards_merged_equal_one_run(tmp_path):
         assert set(reports(sharded)) == {s for i in range(index + 1) for s in students[i::3]}  # its slice only
     with Gradebook(f"sqlite:///{sharded / 'gradebook.db'}") as gradebook:
         assert gradebook.find_assignment(A).submissions == []  # shards leave the gradebook to the merge
-    pipeline.merge(grading.Course(sharded), A)
+    pipeline.merge(Course(sharded), A)
 
     assert reports(sharded) == reports(single)
     assert gradebook_scores(sharded, students) == gradebook_scores(single, students)

@@ -18,11 +18,12 @@ import browser_tools
 import notebook_tools as tools
 import similarity_class as sc
 from autograder.cli import main
+from autograder.course import Course
 from autograder.demo import make_course
 from autograder.fingerprints import K, fingerprint
-from autograder.grading import Course, ItemResult, SubmissionResult, write_report
 from autograder.notebook_data import read_notebook
-from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE, code_answer_cells, compare_class
+from autograder.results import ItemResult, SubmissionResult, write_report
+from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE, code_answer_cells
 from autograder.similarity_report import write_similarity
 
 A, NB = sc.A, sc.NB

@@ -18,7 +18,8 @@ import pytest
 
 import notebook_tools as tools
 from autograder import audit
-from autograder.grading import Course, load_items
+from autograder.cells import marks, with_grade_id
+from autograder.course import Course, load_items
 from transformer_lm.judging import CheckFailed
 
 matplotlib.use("Agg")
@@ -33,12 +34,12 @@ def visible_failure(solution: dict, answer_id: str, source: str, test_id: str) -
     ``answer_id``: None when it passes, else its failure."""
     namespace = {"__name__": "__main__"}
     cells = [c for c in solution["cells"] if c["cell_type"] == "code"]
-    test = next(c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == test_id)
+    [test] = with_grade_id(cells, test_id)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for cell in cells:
-            meta = cell["metadata"].get("nbgrader", {})
+            meta = marks(cell)
             if (meta.get("grade") and not meta.get("solution")) or "skip-grading" in cell["metadata"].get("tags", []):
                 continue
             code = source if meta.get("grade_id") == answer_id else "".join(cell["source"])

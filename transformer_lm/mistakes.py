@@ -196,7 +196,7 @@ def flawed_flash_forward(q, k, v, causal: bool, block_q: int, block_k: int,
         blocks = flawed_key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal, flaws)
         step = k.shape[-2] if flaws.full_row else block_k
         for ks in (range(0, blocks.stop, step) if flaws.full_row else blocks):
-            scores = reference._tile_scores(qb, k[..., ks:ks + step, :], qs, ks, causal)  # (..., bq, bk)
+            scores = reference.tile_scores(qb, k[..., ks:ks + step, :], qs, ks, causal)  # (..., bq, bk)
             tile_max = scores.amax() if flaws.global_maximum else scores.amax(dim=-1)  # one for all rows, or each row's
             new_max = torch.maximum(maximum, tile_max)
             finite = torch.where(torch.isneginf(new_max), 0.0, new_max).unsqueeze(-1)
@@ -225,7 +225,7 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
         qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
         for ks in reference.key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
             kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
-            probs = torch.exp(reference._tile_scores(qb, kb, qs, ks, causal) - lse[..., qs:qs + block_q].unsqueeze(-1))
+            probs = torch.exp(reference.tile_scores(qb, kb, qs, ks, causal) - lse[..., qs:qs + block_q].unsqueeze(-1))
             dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
             dprobs = dob @ vb.transpose(-2, -1)
             row_delta = (probs * dprobs).sum(dim=-1, keepdim=True) if flaws.delta_from_tile \

@@ -431,7 +431,7 @@ def key_blocks(query_start: int, query_stop: int, keys: int, block_k: int, causa
     return range(0, stop, block_k)
 
 
-def _tile_scores(qb: torch.Tensor, kb: torch.Tensor, query_start: int, key_start: int, causal: bool) -> torch.Tensor:
+def tile_scores(qb: torch.Tensor, kb: torch.Tensor, query_start: int, key_start: int, causal: bool) -> torch.Tensor:
     """The scaled scores of one tile ``(..., block_q, block_k)``, with the keys in each query's
     future at ``-inf`` under a causal mask (queries and keys aligned at the start)."""
     scores = attention_scores(qb, kb)
@@ -455,7 +455,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         acc = q.new_zeros(*qb.shape[:-1], v.shape[-1])
         stats = SoftmaxStats(q.new_full(qb.shape[:-1], float("-inf")), q.new_zeros(qb.shape[:-1]))
         for ks in key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
-            scores = _tile_scores(qb, k[..., ks:ks + block_k, :], qs, ks, causal)  # (..., bq, bk)
+            scores = tile_scores(qb, k[..., ks:ks + block_k, :], qs, ks, causal)  # (..., bq, bk)
             merged = merge_softmax_stats(stats, softmax_stats(scores))
             finite = torch.where(torch.isneginf(merged.maximum), 0.0, merged.maximum).unsqueeze(-1)
             acc = acc * rescale(stats.maximum, merged.maximum).unsqueeze(-1) \
@@ -477,7 +477,7 @@ def flash_backward(q, k, v, out, lse, grad_out, causal: bool = False, block_q: i
         qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
         for ks in key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
             kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
-            scores = _tile_scores(qb, kb, qs, ks, causal)
+            scores = tile_scores(qb, kb, qs, ks, causal)
             probs = torch.exp(scores - lse[..., qs:qs + block_q].unsqueeze(-1))  # (..., bq, bk)
             dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
             dscores = probs * (dob @ vb.transpose(-2, -1) - delta[..., qs:qs + block_q].unsqueeze(-1))

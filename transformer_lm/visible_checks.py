@@ -49,6 +49,15 @@ def attention_entries(cls: str, api: AttentionAPI, cases, kind=AttentionCheck) -
     return entries
 
 
+def _transfer_weights() -> list[Entry]:
+    return [entry("transfer_weights", seeded(TransferCheck("transfer_weights", "SelfAttention_v2",
+                                                           adapters.SELF_ATTENTION_V2, "SelfAttention_v1",
+                                                           adapters.SELF_ATTENTION_V1, case)),
+                  f"transfer_weights between classes built with d_in={case.d_in}, d_out={case.d_out}")
+            for case in (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
+                         AttentionCase(batch=None, seq=4, d_in=3, d_out=3, bias=False))]
+
+
 def _attention_basics() -> dict[str, list[Entry]]:
     generator = torch.Generator().manual_seed(1)
     softmax = [entry("softmax_stable", function_check("softmax_stable", lambda x: torch.softmax(x, dim=-1), {"x": x},
@@ -69,12 +78,6 @@ def _attention_basics() -> dict[str, list[Entry]]:
                              f"context_vectors on inputs of shape {shape}"))
     one_sequence = (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
                     AttentionCase(batch=None, seq=1, d_in=4, d_out=3, bias=False))
-    transfers = [entry("transfer_weights", seeded(TransferCheck("transfer_weights", "SelfAttention_v2",
-                                                                adapters.SELF_ATTENTION_V2, "SelfAttention_v1",
-                                                                adapters.SELF_ATTENTION_V1, case)),
-                       f"transfer_weights between classes built with d_in={case.d_in}, d_out={case.d_out}")
-                 for case in (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
-                              AttentionCase(batch=None, seq=4, d_in=3, d_out=3, bias=False))]
     return {
         "softmax_stable": softmax,
         "context_vectors": context,
@@ -83,7 +86,7 @@ def _attention_basics() -> dict[str, list[Entry]]:
             AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
             AttentionCase(batch=None, seq=5, d_in=4, d_out=3, bias=True),
             AttentionCase(batch=None, seq=1, d_in=3, d_out=2, bias=False))),
-        "transfer_weights": transfers,
+        "transfer_weights": _transfer_weights(),
         "causal_attention": attention_entries("CausalAttention", adapters.CAUSAL_ATTENTION, (
             AttentionCase(batch=2, seq=6, d_in=3, d_out=2, causal=True, bias=False),
             AttentionCase(batch=3, seq=4, d_in=5, d_out=4, causal=True, bias=True, context_length=8),

@@ -218,6 +218,8 @@ def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once t
 
 GUARD_MARK: dict = {}
 """The globals of every guard: how the audit hook knows one (a function's globals cannot be changed)."""
+
+
 def _placeholders(source: str) -> types.CodeType:
     """The code of the one function ``source`` defines, whose string constants are placeholders."""
     with warnings.catch_warnings():
@@ -253,6 +255,17 @@ def _with_constants(code: types.CodeType, name: str, constants: dict, _function=
     return _function(code.replace(co_consts=consts), _mark, name)
 
 
+def _replace_everywhere(found: dict[int, tuple[object, object]]) -> None:
+    """Each loaded module's names for an ``original`` of ``found`` (by id: original, replacement)
+    point at its replacement from now on."""
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if isinstance(space, dict):
+            for name, value in list(space.items()):
+                if id(value) in found and value is found[id(value)][0]:
+                    space[name] = found[id(value)][1]
+
+
 def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> None:
     """Puts every switch behind a guard (:data:`SWITCHES`, :data:`PROFILER_SWITCHES`), wherever a
     loaded module holds it, and the kernel caller of every operator made later too (through
@@ -282,12 +295,7 @@ def _guards(trusted: frozenset[types.CodeType], probe_code: types.CodeType) -> N
     overload = torch._C._get_operation_overload
     found[id(overload)] = (overload, _with_constants(MADE_CODE, "_get_operation_overload",
                                                      {"GUARD_RESULT": guard_result, "ORIGINAL": overload}))
-    for module in list(sys.modules.values()):
-        space = getattr(module, "__dict__", None)
-        if isinstance(space, dict):
-            for name, value in list(space.items()):
-                if id(value) in found and value is found[id(value)][0]:
-                    space[name] = found[id(value)][1]
+    _replace_everywhere(found)
     handle = torch._C._DispatchOperatorHandle
     handle.redispatch_boxed = guarded(handle.redispatch_boxed, "redispatch_boxed")
     for namespace in vars(torch.ops).values():
@@ -401,12 +409,7 @@ def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
             original = getattr(sys.modules.get(module), name, None)
             if original is not None:
                 found[id(original)] = (original, _refusal(f"{module}.{name}"))
-    for module in list(sys.modules.values()):
-        space = getattr(module, "__dict__", None)
-        if isinstance(space, dict):
-            for name, value in list(space.items()):
-                if id(value) in found and value is found[id(value)][0]:
-                    space[name] = found[id(value)][1]
+    _replace_everywhere(found)
 
 
 def _refusal(name: str):
@@ -447,7 +450,7 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
             _note(name)
             before = _operators[0]
             result = func(*args, **(kwargs or {}))
-            if _operators[0] == before and name != "__get__" and _untraced(result, args, kwargs or {}):
+            if _operators[0] == before and _untraced(name, result, args, kwargs or {}):
                 _note(_name)
             return result
 
@@ -459,4 +462,3 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
 
     freeze(FunctionNames, OperatorNames)
     return FunctionNames, OperatorNames
-

@@ -12,7 +12,7 @@ grader runs several at once (torch's threads count as processes too).
 
 * When the grader runs as root, bwrap runs privileged: as root it can bind the interpreter even
   where it lives under an unreadable ``/root``, and it builds the filesystem and namespaces. The
-  first process inside (:data:`_WRAPPER`, trusted code) holds only ``CAP_SETUID`` and
+  first process inside (:data:`WRAPPER`, trusted code) holds only ``CAP_SETUID`` and
   ``CAP_SETGID``; it drops to uid and gid 65534 for real (all capabilities go with uid 0), then
   creates a user namespace of its own that maps 65534 to 65534 and forbids nested user
   namespaces, sets the limits, and executes the student's command. The student is uid 65534 inside
@@ -54,7 +54,7 @@ _ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/
 _PASSWD = f"nobody:x:{SANDBOX_UID}:{SANDBOX_UID}:nobody:/tmp:/usr/sbin/nologin\n"
 _GROUP = f"nogroup:x:{SANDBOX_UID}:\n"
 
-_WRAPPER = f"""\
+WRAPPER = f"""\
 import json, os, resource, socket, sys
 spec = json.loads(sys.argv[1])
 sock = socket.socket(fileno=spec["sock"])
@@ -124,36 +124,51 @@ class Isolation:
     """One line for a TA: what is in force, or why bubblewrap is unavailable and what to do."""
 
 
-def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
-                info_fd: int, data_fds: list[int], serve: bool = False) -> list[str]:
+def bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limits, cwd: str,
+               info_fd: int, data_fds: list[int], serve: bool = False) -> list[str]:
     """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`; with
     ``serve``, the command keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace (see above).
     ``data_fds`` hold the contents of ``/etc/passwd``, ``/etc/group`` and (empty) the
     :func:`install_records`, in that order (:func:`data_files`)."""
-    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
-            "--info-fd", str(info_fd)]
-    if os.geteuid() == 0:
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for _WRAPPER's drop
-    else:
-        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-                 "--disable-userns", *(["--cap-add", "CAP_SYS_ADMIN"] if serve else [])]
-    made = {"/"}
+    parents, size = _Parents(), str(limits.scratch_bytes)
+    return (_namespace_args(info_fd, serve) + _system_args(parents, data_fds, size)
+            + _bind_args(parents, readonly, writable, size) + ["--remount-ro", "/", "--chdir", cwd])
 
-    def parents(dest: str) -> list[str]:
-        """Create the missing parents of ``dest`` traversable (bwrap would make them 0700)."""
-        out = []
-        parent = os.path.dirname(dest)
-        chain = []
-        while parent not in made:
+
+class _Parents:
+    """The folders made in the sandbox so far; called with a path, the options that create its
+    missing parents traversable (bwrap would make them 0700)."""
+
+    def __init__(self):
+        self.made = {"/"}
+
+    def __call__(self, dest: str) -> list[str]:
+        out, chain, parent = [], [], os.path.dirname(dest)
+        while parent not in self.made:
             chain.append(parent)
             parent = os.path.dirname(parent)
         for path in reversed(chain):
             out += ["--perms", "0755", "--dir", path]
-            made.add(path)
-        made.add(dest)
+            self.made.add(path)
+        self.made.add(dest)
         return out
 
+
+def _namespace_args(info_fd: int, serve: bool) -> list[str]:
+    """New namespaces for everything, and who the sandbox's user is."""
+    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+            "--info-fd", str(info_fd)]
+    if os.geteuid() == 0:
+        return args + ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for WRAPPER's drop
+    return args + ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+                   "--disable-userns", *(["--cap-add", "CAP_SYS_ADMIN"] if serve else [])]
+
+
+def _system_args(parents: _Parents, data_fds: list[int], size: str) -> list[str]:
+    """The system read-only, its own /etc files, fresh /proc, /dev, /tmp and /dev/shm, and the
+    grader's interpreter with the install records blanked."""
+    args = []
     for path in _SYSTEM_PATHS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -161,13 +176,12 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
             args += ["--ro-bind", path, path]
         else:
             continue
-        made.add(path)
+        parents.made.add(path)
     for path in _ETC_PATHS:
         if os.path.exists(path):
             args += parents(path) + ["--ro-bind", path, path]
     for fd, path in zip(data_fds, ("/etc/passwd", "/etc/group")):
         args += parents(path) + ["--perms", "0444", "--ro-bind-data", str(fd), path]
-    size = str(limits.scratch_bytes)
     args += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     args += parents("/tmp") + ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
@@ -175,6 +189,12 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
         args += parents(path) + ["--ro-bind", host, path]
     for fd, path in zip(data_fds[2:], install_records()):  # over the environment's own files
         args += ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    return args
+
+
+def _bind_args(parents: _Parents, readonly: dict[str, str], writable: dict[str, str], size: str) -> list[str]:
+    """The run's own folders, shallowest first: read-only binds, and writable ones as fresh tmpfs."""
+    args = []
     binds = [(os.path.normpath(dest), "ro", src) for src, dest in readonly.items()]
     binds += [(os.path.normpath(dest), "rw", src) for src, dest in writable.items()]
     for dest, kind, src in sorted(binds, key=lambda bind: bind[0].count("/")):
@@ -183,7 +203,7 @@ def _bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limi
             args += ["--ro-bind", src, dest]
         else:
             args += ["--perms", "1777", "--size", size, "--tmpfs", dest]
-    return args + ["--remount-ro", "/", "--chdir", cwd]
+    return args
 
 
 def _interpreter_binds() -> list[tuple[str, str]]:
@@ -212,7 +232,7 @@ def install_records() -> list[str]:
 
 
 def data_files() -> list[str]:
-    """What the sandbox's files made from data hold, in the order :func:`_bwrap_args` takes them."""
+    """What the sandbox's files made from data hold, in the order :func:`bwrap_args` takes them."""
     return [_PASSWD, _GROUP, *("" for _ in install_records())]
 
 

@@ -14,7 +14,7 @@ _COPY_MAX_DEPTH = 8
 """Bounds on what is copied back from a writable folder; its size is bounded by its tmpfs."""
 
 
-class _WritableFolders:
+class WritableFolders:
     """The writable folders of one run, as the trusted side reads them.
 
     In the sandbox they are tmpfs mounts that the host cannot see by path; the wrapper sends the
@@ -90,7 +90,7 @@ def _read_regular(dir_fd: int, parts: list[str], limit: int) -> bytes:
 
 def _copy_tree(src_fd: int, dest: str, depth: int, budget: list[int]) -> None:
     """Copy the directory open as ``src_fd`` into ``dest`` on the host, without following
-    symlinks (see :class:`_WritableFolders`)."""
+    symlinks (see :class:`WritableFolders`)."""
     os.makedirs(dest, exist_ok=True)
     with os.scandir(src_fd) as entries:
         names = [entry.name for entry in entries]

@@ -15,8 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from autograder.sandbox.confine import _WRAPPER, Isolation, Limits, _bwrap_args, data_files, sandbox_python
-from autograder.sandbox.folders import _WritableFolders
+from autograder.sandbox.confine import WRAPPER, Isolation, Limits, bwrap_args, data_files, sandbox_python
+from autograder.sandbox.folders import WritableFolders
 
 _BASE_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 """The environment under the caller's; ``PATH`` (:func:`_path`) puts the grader's ``python`` first."""
@@ -27,22 +27,23 @@ def _path(sandboxed: bool) -> str:
     bin_dir = os.path.dirname(sandbox_python()) if sandboxed else os.path.join(sys.prefix, "bin")
     return f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
 
-_READ_CHUNK = 1 << 16
-_POLL_SECONDS = 0.1
+
+READ_CHUNK = 1 << 16
+POLL_SECONDS = 0.1
 _TEARDOWN_SECONDS = 5.0
 """How long to wait for the kernel to kill the rest of a sandbox's pid namespace."""
 
 
 @dataclass
 class _Started:
-    """A sandbox just started by :func:`_launch`."""
+    """A sandbox just started by :func:`launch`."""
 
     proc: subprocess.Popen
     sandboxed: bool
     start: float
     out_r: int
     """Read end of the merged stdout and stderr."""
-    folders: _WritableFolders
+    folders: WritableFolders
     pidfd: int | None
     """A pidfd of the sandbox's pid 1 (see :func:`_sandbox_pidfd`)."""
     control: int | None = None
@@ -51,21 +52,37 @@ class _Started:
     """Read end of the command's answer pipe, for a session."""
 
 
-def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str, str], writable: dict[str, str],
-            limits: Limits, env: dict[str, str], cwd: str, isolation: Isolation, serve: bool = False) -> _Started:
-    """Start ``argv`` confined as ``isolation`` allows; ``stack`` releases what it holds.
-
-    With ``serve``, the command also gets a pipe on its standard input and one for its answers
-    (see :class:`Session`); otherwise its standard input is empty.
-    """
-    sandboxed = isolation.name == "bubblewrap"
-    spec = {
+def _wrapper_spec(limits: Limits, writable: dict[str, str], sandboxed: bool, serve: bool) -> dict:
+    """What the wrapper (:data:`WRAPPER`) sets up before it runs the command: its limits, the drop
+    of root, the folders it may write, and whether a session keeps CAP_SYS_ADMIN."""
+    return {
         "rlimits": [("RLIMIT_AS", limits.memory_bytes), ("RLIMIT_NPROC", limits.processes),
                     ("RLIMIT_FSIZE", limits.file_size_bytes), ("RLIMIT_CORE", 0)],
         "drop_root": sandboxed and os.geteuid() == 0,
         "writable": list(writable.values()) if sandboxed else [],
         "keep_sys_admin": sandboxed and serve,
     }
+
+
+def _in_bwrap(command: list[str], child_ends: list[int], readonly: dict[str, str], writable: dict[str, str],
+              limits: Limits, cwd: str, serve: bool) -> list[str]:
+    """``command`` inside bubblewrap; its info pipe's write end is the last of ``child_ends``, and
+    the data files' descriptors join them."""
+    info_w = child_ends[-1]
+    data_fds = [_data_fd(text, child_ends) for text in data_files()]
+    return [shutil.which("bwrap") or "bwrap", *bwrap_args(readonly, writable, limits, cwd, info_w, data_fds, serve),
+            "--", *command]
+
+
+def launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str, str], writable: dict[str, str],
+           limits: Limits, env: dict[str, str], cwd: str, isolation: Isolation, serve: bool = False) -> _Started:
+    """Start ``argv`` confined as ``isolation`` allows; ``stack`` releases what it holds.
+
+    With ``serve``, the command also gets a pipe on its standard input and one for its answers
+    (see :class:`Session`); otherwise its standard input is empty.
+    """
+    sandboxed = isolation.name == "bubblewrap"
+    spec = _wrapper_spec(limits, writable, sandboxed, serve)
     env = dict(env)
     child_ends: list[int] = []  # closed here once the child holds its copies
     stack.callback(lambda: [os.close(fd) for fd in child_ends])
@@ -82,14 +99,10 @@ def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str,
         stdin, control = os.pipe()
         stack.callback(os.close, control)
         child_ends.append(stdin)
-    command = [sandbox_python() if sandboxed else sys.executable, "-I", "-S", "-c", _WRAPPER, json.dumps(spec), *argv]
+    command = [sandbox_python() if sandboxed else sys.executable, "-I", "-S", "-c", WRAPPER, json.dumps(spec), *argv]
     if sandboxed:
         info_r = _pipe(stack, child_ends)
-        info_w = child_ends[-1]
-        data_fds = [_data_fd(text, child_ends) for text in data_files()]
-        command = [shutil.which("bwrap") or "bwrap",
-                   *_bwrap_args(readonly, writable, limits, cwd, info_w, data_fds, serve),
-                   "--", *command]
+        command = _in_bwrap(command, child_ends, readonly, writable, limits, cwd, serve)
     start = time.monotonic()
     proc = subprocess.Popen(command, stdin=stdin, stdout=out_w,
                             stderr=subprocess.STDOUT, env={"PATH": _path(sandboxed), **_BASE_ENV, **env},
@@ -101,22 +114,22 @@ def _launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str,
     pidfd = _sandbox_pidfd(info_r) if sandboxed else None
     if pidfd is not None:
         stack.callback(os.close, pidfd)
-    folders = _WritableFolders(parent_sock, writable, sandboxed, limits.file_size_bytes)
+    folders = WritableFolders(parent_sock, writable, sandboxed, limits.file_size_bytes)
     stack.callback(folders.close)
     return _Started(proc, sandboxed, start, out_r, folders, pidfd, control, replies)
 
 
-def _teardown(started: _Started) -> None:
+def teardown(started: _Started) -> None:
     """Make sure nothing of the sandbox runs any more."""
     if started.pidfd is not None:
         if started.proc.poll() is None:
-            _kill_group(started.proc)
-        _wait_readable(started.pidfd, _TEARDOWN_SECONDS)
+            kill_group(started.proc)
+        wait_readable(started.pidfd, _TEARDOWN_SECONDS)
     else:
-        _kill_group(started.proc)  # background processes of a plain run, where they stayed in its group
+        kill_group(started.proc)  # background processes of a plain run, where they stayed in its group
 
 
-def _keep(kept: bytearray, chunk: bytes, limit: int) -> bool:
+def keep_what_fits(kept: bytearray, chunk: bytes, limit: int) -> bool:
     """Append what fits of ``chunk`` to ``kept``; True when some of it was dropped."""
     room = limit - len(kept)
     kept += chunk[:max(0, room)]
@@ -155,14 +168,14 @@ def _sandbox_pidfd(info_r: int) -> int | None:
         return None  # bwrap failed before starting the sandbox; its message is in the output
 
 
-def _wait_readable(fd: int, seconds: float) -> bool:
+def wait_readable(fd: int, seconds: float) -> bool:
     """Wait until ``fd`` is readable (or closed) for at most ``seconds``."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(max(0, int(seconds * 1000))))
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group of ``proc``; bwrap's ``--die-with-parent`` takes the sandbox."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -173,5 +186,5 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _reap(proc: subprocess.Popen) -> None:
     """Kill ``proc``'s group if it still runs, and wait for it."""
     if proc.poll() is None:
-        _kill_group(proc)
+        kill_group(proc)
         proc.wait()

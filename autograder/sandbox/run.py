@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autograder.sandbox.confine import Isolation, Limits
-from autograder.sandbox.process import (_POLL_SECONDS, _READ_CHUNK, _keep, _kill_group, _launch, _teardown,
-                                        _wait_readable)
+from autograder.sandbox.process import (POLL_SECONDS, READ_CHUNK, keep_what_fits, kill_group, launch, teardown,
+                                        wait_readable)
 
 _EXIT_GRACE_SECONDS = 1.0
 """After the command exits, how long to wait for output that a leftover process still writes."""
@@ -58,13 +58,13 @@ def run_sandboxed(argv: list[str], *, readonly: dict[str, str], writable: dict[s
     takes sandbox paths and reads the matching host file.
     """
     with contextlib.ExitStack() as stack:
-        started = _launch(stack, argv, readonly=readonly, writable=writable, limits=limits, env=env,
-                          cwd=cwd, isolation=isolation)
+        started = launch(stack, argv, readonly=readonly, writable=writable, limits=limits, env=env,
+                         cwd=cwd, isolation=isolation)
         poll = None if watch is None else functools.partial(watch, started.folders.read)
         output, truncated, timed_out = _collect(started.proc, started.out_r, started.start + limits.wall_seconds,
                                                 limits.output_bytes, poll)
         wall = time.monotonic() - started.start
-        _teardown(started)
+        teardown(started)
         if started.sandboxed:
             started.folders.copy_back()
     returncode, sig = _decode_status(started.proc.returncode, started.sandboxed)
@@ -80,7 +80,7 @@ def _collect(proc: subprocess.Popen, fd: int, deadline: float, keep: int,
 
     Reading never stops while the process runs, so it never blocks on a full pipe, and what is
     beyond ``keep`` is dropped as it arrives. ``watch`` is called between reads, at least every
-    ``_POLL_SECONDS``, and the process is killed when it gives a reason. Returns the output,
+    ``POLL_SECONDS``, and the process is killed when it gives a reason. Returns the output,
     whether it was cut and whether the process was killed for running past ``deadline``.
     """
     kept = bytearray()
@@ -91,20 +91,20 @@ def _collect(proc: subprocess.Popen, fd: int, deadline: float, keep: int,
         if stop == deadline and proc.poll() is not None:
             stop = min(deadline, now + _EXIT_GRACE_SECONDS)  # only a leftover process writes now
         elif watch is not None and now >= next_watch:
-            next_watch = now + _POLL_SECONDS
+            next_watch = now + POLL_SECONDS
             if watch() is not None:
-                _kill_group(proc)
-        if not _wait_readable(fd, min(stop - now, _POLL_SECONDS)):
+                kill_group(proc)
+        if not wait_readable(fd, min(stop - now, POLL_SECONDS)):
             continue
-        chunk = os.read(fd, _READ_CHUNK)
+        chunk = os.read(fd, READ_CHUNK)
         if not chunk:
             break
-        truncated = _keep(kept, chunk, keep) or truncated
+        truncated = keep_what_fits(kept, chunk, keep) or truncated
     try:
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        kill_group(proc)
         proc.wait()
     return bytes(kept), truncated, timed_out
 

@@ -10,7 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autograder.sandbox.confine import Isolation, Limits
-from autograder.sandbox.process import _POLL_SECONDS, _READ_CHUNK, _keep, _launch, _teardown, _wait_readable
+from autograder.sandbox.process import POLL_SECONDS, READ_CHUNK, keep_what_fits, launch, teardown, wait_readable
+
+
+def _poller(*fds: int) -> select.poll:
+    """A poll object that waits for input on ``fds``."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return poller
 
 
 @dataclass
@@ -48,8 +56,8 @@ class Session:
         self.limits = limits
         self._stack = contextlib.ExitStack()
         try:
-            self._started = _launch(self._stack, argv, readonly=readonly, writable=writable, limits=limits,
-                                    env=env, cwd=cwd, isolation=isolation, serve=True)
+            self._started = launch(self._stack, argv, readonly=readonly, writable=writable, limits=limits,
+                                   env=env, cwd=cwd, isolation=isolation, serve=True)
         except BaseException:
             self._stack.close()
             raise
@@ -77,11 +85,11 @@ class Session:
 
         def reply(text=None, timed_out=False, stopped=None) -> Reply:
             nonlocal truncated
-            while _wait_readable(started.out_r, 0):  # what was printed before the answer
-                chunk = os.read(started.out_r, _READ_CHUNK)
+            while wait_readable(started.out_r, 0):  # what was printed before the answer
+                chunk = os.read(started.out_r, READ_CHUNK)
                 if not chunk:
                     break
-                truncated = _keep(kept, chunk, self.limits.output_bytes) or truncated
+                truncated = keep_what_fits(kept, chunk, self.limits.output_bytes) or truncated
             if text is None:
                 self.stop()
             return Reply(text, kept.decode("utf-8", errors="replace"), truncated, timed_out, stopped)
@@ -92,23 +100,21 @@ class Session:
             os.write(started.control, line.encode() + b"\n")
         except BrokenPipeError:
             return reply()
-        deadline = time.monotonic() + seconds
         next_watch = time.monotonic()
-        poller = select.poll()
-        poller.register(started.out_r, select.POLLIN)
-        poller.register(started.replies, select.POLLIN)
+        deadline = next_watch + seconds
+        poller = _poller(started.out_r, started.replies)
         while (now := time.monotonic()) < deadline:
             if watch is not None and now >= next_watch:
-                next_watch = now + _POLL_SECONDS
+                next_watch = now + POLL_SECONDS
                 reason = watch(self.read)
                 if reason is not None:
                     return reply(stopped=reason)
-            for fd, _ in poller.poll(max(0, int(min(deadline - now, _POLL_SECONDS) * 1000))):
-                chunk = os.read(fd, _READ_CHUNK)
+            for fd, _ in poller.poll(max(0, int(min(deadline - now, POLL_SECONDS) * 1000))):
+                chunk = os.read(fd, READ_CHUNK)
                 if fd == started.out_r:
                     if not chunk:
                         poller.unregister(fd)
-                    truncated = _keep(kept, chunk, self.limits.output_bytes) or truncated
+                    truncated = keep_what_fits(kept, chunk, self.limits.output_bytes) or truncated
                     continue
                 if not chunk:
                     return reply()  # the command is gone
@@ -122,7 +128,7 @@ class Session:
         """Kill the sandbox now; what its writable folders hold stays readable until :meth:`close`."""
         if self.alive:
             self.alive = False
-            _teardown(self._started)
+            teardown(self._started)
 
     def close(self) -> None:
         """Kill the sandbox, if it still runs, and release everything it held."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from autograder.grading import NOT_WRITTEN
+from autograder.results import NOT_WRITTEN
 from transformer_lm.judging import is_builtin_exception
 
 COURSE_CODE = re.compile(r"^(With the course's .+? in place of yours: )(.*)$", re.S)

@@ -35,9 +35,9 @@ from tornado import ioloop, web
 from tornado.httputil import HTTPInputError, parse_body_arguments
 
 from autograder import pipeline
+from autograder.course import Course
 from autograder.errors import GradingError
 from autograder.feedback import PAGES
-from autograder.grading import Course
 from autograder.service import intake
 from autograder.service.intake import MiB
 from autograder.service.policy import Policies, Policy

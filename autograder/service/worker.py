@@ -26,8 +26,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograder import grading, pipeline, runner
+from autograder.assignment import Assignment
+from autograder.course import Course
+from autograder.course import checks_version
 from autograder.errors import GradingError
-from autograder.grading import Assignment, Course
 from autograder.service.policy import Policies
 from autograder.service.store import Request, Store
 from autograder.service.supervisor import give_back
@@ -51,7 +53,7 @@ class Assignments:
 
     def get(self, name: str) -> Assignment:
         loaded = self.loaded.get(name)
-        if loaded is None or loaded.checks_version != grading.checks_version(self.course, name):
+        if loaded is None or loaded.checks_version != checks_version(self.course, name):
             loaded = self.loaded[name] = Assignment.load(self.course, name)
         return loaded
 

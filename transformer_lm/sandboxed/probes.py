@@ -484,11 +484,12 @@ UNTRACED = "<untraced>"
 and no ATen operator ran: the dispatcher's tracing was turned off around it."""
 
 
-def made_untraced(result, args, kwargs: dict, _list=list, _error=(RuntimeError, NotImplementedError)) -> bool:
-    """Whether a torch function's ``result`` holds a tensor whose memory none of its arguments
-    had (it computed something), though no operator passed the dispatch trace while it ran:
-    returning an argument (``x.float()`` of a float tensor) or a view of one makes nothing, and
-    neither does reading an attribute (``x.grad``). A tensor without plain storage (a sparse one)
+def made_untraced(name: str, result, args, kwargs: dict, _list=list,
+                  _error=(RuntimeError, NotImplementedError)) -> bool:
+    """Whether the torch function ``name`` made a tensor (its ``result`` holds one whose memory none
+    of its arguments had), though no operator passed the dispatch trace while it ran: returning an
+    argument (``x.float()`` of a float tensor) or a view of one makes nothing, and neither does
+    reading an attribute (``__get__``: ``x.grad``). A tensor without plain storage (a sparse one)
     is left out."""
     def pointers(value) -> set[int]:
         found = set()
@@ -499,7 +500,7 @@ def made_untraced(result, args, kwargs: dict, _list=list, _error=(RuntimeError, 
             except _error:
                 continue
         return found
-    return bool(pointers(result) - pointers(_list(args) + _list(kwargs.values())))
+    return name != "__get__" and bool(pointers(result) - pointers(_list(args) + _list(kwargs.values())))
 
 
 class _Watch:
@@ -541,7 +542,7 @@ class _FunctionNames(TorchFunctionMode):
         watch.note(name)
         before = watch.operators
         result = func(*args, **(kwargs or {}))
-        if watch.operators == before and name != "__get__" and made_untraced(result, args, kwargs or {}):
+        if watch.operators == before and made_untraced(name, result, args, kwargs or {}):
             watch.note(UNTRACED)
         return result
 
