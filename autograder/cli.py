@@ -254,10 +254,19 @@ def course_options(p: argparse.ArgumentParser, sandboxed: bool = True) -> None:
                        help="run student code without bubblewrap (only where a container is the wall)")
 
 
+def assignment_parser(sub, name: str, run, help: str, course: bool = True, sandboxed: bool = False):
+    """The subcommand ``name``, which takes an assignment (of the course folder, with ``course``)."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("assignment")
+    if course:
+        course_options(p, sandboxed)
+    p.set_defaults(run=run)
+    return p
+
+
 def add_grading_commands(sub) -> None:
     """grade, merge, audit and k8s: the commands that grade submissions or plan their grading."""
-    p = sub.add_parser("grade", help="grade the submissions of an assignment")
-    p.add_argument("assignment")
+    p = assignment_parser(sub, "grade", grade, "grade the submissions of an assignment", sandboxed=True)
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers, "
                                                "one per core)")
@@ -269,29 +278,22 @@ def add_grading_commands(sub) -> None:
     once.add_argument("--regrade", action="store_true",
                       help="grade again only the submissions whose report is from other hidden checks (or missing), "
                            "and write changes.csv: what changed, item by item")
-    course_options(p)
-    p.set_defaults(run=grade)
 
-    p = sub.add_parser("merge", help="record every graded slice in the gradebook, grades.csv and the table")
-    p.add_argument("assignment")
-    course_options(p, sandboxed=False)
-    p.set_defaults(run=merge_command)
+    assignment_parser(sub, "merge", merge_command,
+                      "record every graded slice in the gradebook, grades.csv and the table")
 
-    p = sub.add_parser("audit", help="grade the assignment's bank of mistakes and correct alternatives, item by item")
-    p.add_argument("assignment")
+    p = assignment_parser(sub, "audit", audit_command, "grade the assignment's bank of mistakes and correct "
+                          "alternatives, item by item", sandboxed=True)
     p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers)")
-    course_options(p)
-    p.set_defaults(run=audit_command)
 
-    p = sub.add_parser("k8s", help="print Kubernetes Jobs that grade an assignment in shards, then merge")
-    p.add_argument("assignment")
+    p = assignment_parser(sub, "k8s", k8s_command,
+                          "print Kubernetes Jobs that grade an assignment in shards, then merge", course=False)
     p.add_argument("--shards", type=int, default=4, help="pods that grade side by side (default: 4)")
     p.add_argument("--image", default="self-attention-grader:latest", help="the TA container's image")
     p.add_argument("--claim", default="self-attention-course", help="the course folder's PersistentVolumeClaim")
     p.add_argument("--workers", type=int, default=2, help="submissions each pod grades side by side")
     p.add_argument("--part", choices=("grade", "merge"), default="grade",
                    help="the Job that grades the shards, or the one that merges them once they are complete")
-    p.set_defaults(run=k8s_command)
 
 
 def add_course_commands(sub) -> None:
@@ -301,22 +303,12 @@ def add_course_commands(sub) -> None:
     p.add_argument("notebook")
     p.set_defaults(run=validate_command)
 
-    p = sub.add_parser("feedback", help="write feedback pages from the last grading")
-    p.add_argument("assignment")
-    course_options(p, sandboxed=False)
-    p.set_defaults(run=feedback_command)
-
-    p = sub.add_parser("report", help="class report and LMS exports from the last grading")
-    p.add_argument("assignment")
-    course_options(p, sandboxed=False)
-    p.set_defaults(run=report_command)
-
-    p = sub.add_parser("similarity", help="compare each answer with classmates', the course's reference and public code")
-    p.add_argument("assignment")
+    assignment_parser(sub, "feedback", feedback_command, "write feedback pages from the last grading")
+    assignment_parser(sub, "report", report_command, "class report and LMS exports from the last grading")
+    p = assignment_parser(sub, "similarity", similarity_command,
+                          "compare each answer with classmates', the course's reference and public code")
     p.add_argument("--threshold", type=float, help="the similarity (0 to 1) from which pairs are listed (default: "
                                                    "c.Autograder.similarity_threshold, 0.5)")
-    course_options(p, sandboxed=False)
-    p.set_defaults(run=similarity_command)
 
     p = sub.add_parser("demo", help="grade a small made-up class end to end, in a course folder it keeps")
     p.add_argument("--keep", metavar="DIR", default="demo-course",

@@ -11,11 +11,8 @@ cell never costs the items that do not depend on it.
 from __future__ import annotations
 
 import json
-import os
-import re
 import secrets
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,23 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load, save_file
+from safetensors.torch import save_file
 
 import transformer_lm
 from autograder import journal, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
 from autograder.preflight import Preflight
+from autograder.run_plan import plan_of
+from autograder.run_reply import death, exit_code, load_record, public_text
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
-from transformer_lm.sandboxed import probes
 
 HARNESS = Path(__file__).with_name("harness")
 """The package that runs inside the sandbox (copied there as ``harness``)."""
 # What student code may import from the course package: its empty ``__init__.py`` and the folder
 # ``transformer_lm/sandboxed/`` (probes, public test values, plots). Never the reference or the checks.
 SANDBOX_MODULES = ("__init__.py", "sandboxed")
-MAX_RECORD_BYTES = 16 * 2**20
 MOUNTS = {"in": "/grader/in", "lib": "/grader/lib", "out": "/grader/out", "scratch": "/scratch"}
 """Where the sandbox shows the worker's folders; ``read`` takes these paths in every mode."""
 ANSWER_SECONDS = 5.0
@@ -101,60 +98,6 @@ def sandbox_library(folder: Path) -> Path:
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
-
-
-WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-VOCABULARY = frozenset(WORD.findall(Path(probes.__file__).read_text()))
-"""The words of the probes' own messages (every word of their module)."""
-
-
-def public_text(message: str, calls: dict) -> str:
-    """A probe's message with every word that is neither the probes' own nor a name of the plan's
-    calls (the objects they call, the parameters they load) left out: a student's class or
-    parameter can be given any name at run time, and a name could carry a hidden input out."""
-    names = {str(name) for call in calls.values() for name in (*call["objects"].values(), *call["tensor_keys"])}
-    names |= {piece for name in list(names) for piece in (name.split("/")[-1], *name.replace("/", ".").split("."))}
-    return WORD.sub(lambda m: m.group(0) if m.group(0) in VOCABULARY or m.group(0) in names else "…", message)
-
-
-def _load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
-    """Loads a probe record without pickle, refusing oversized or non-float data."""
-    if not data:
-        return None, "the probe said it saved a record, but there is none"
-    if len(data) > MAX_RECORD_BYTES:
-        return None, "the output is far larger than the task asks for"
-    try:
-        record = load(data)
-    except Exception as error:  # noqa: BLE001 - a damaged file is a result
-        return None, f"the record could not be read ({type(error).__name__})"
-    return record, ""
-
-
-def _death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
-    """The status and words for a run that did not finish."""
-    if watchdog_fired or reply.timed_out:
-        return "timeout", (f"It ran for more than {settings.cell_seconds:.0f} s and was stopped "
-                           "(an endless loop, or far too slow).")
-    if (reply.text or "").split()[2:] == ["memory"]:
-        return "killed", (f"Its processes held more than {settings.memory_bytes / 2**30:g} GiB of memory together, "
-                          "and it was stopped.")
-    code = _exit_code(reply)
-    if code is None:
-        return "killed", "The process was killed, and the grading process with it."
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        why = {"SIGSEGV": "a segmentation fault", "SIGKILL": "out of memory or killed",
-               "SIGABRT": "an abort"}.get(name, f"signal {name}")
-        return "killed", f"The process was killed ({why})."
-    return "error", f"The process exited (code {code}) before finishing, e.g. by os._exit or sys.exit."
-
-
-def _exit_code(reply: sandbox.Reply) -> int | None:
-    """The run's exit code (negative: the signal that ended it), from the harness's answer."""
-    try:
-        return os.waitstatus_to_exitcode(int((reply.text or "").split()[0]))
-    except (ValueError, IndexError):
-        return None
 
 
 class Worker:
@@ -291,55 +234,6 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     return result
 
 
-def stages_of(late: list[str], course_code: dict[str, dict]) -> list[list[str]]:
-    """The late probes in stages: each stage the probes (in order) that run with the same course's
-    code, as consecutive probes of one item do."""
-    stages: list[list[str]] = []
-    for pid in late:
-        if stages and course_code[stages[-1][0]] is course_code[pid]:
-            stages[-1].append(pid)
-        else:
-            stages.append([pid])
-    return stages
-
-
-def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
-            stand_ins: dict[str, list[str]] | None = None,
-            course_code: dict[str, dict] | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The harness's plan for the code cells of a preflighted notebook (sent to the sandbox as JSON)
-    and the probes' hidden inputs.
-
-    Each answer cell is followed by the probes that check it. A cell that does not run (a test
-    cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
-    ``stand_ins`` come after the last cell, in ``late``, and in ``stages`` by their course's code.
-    """
-    cells = pre.code_cells
-    stand_ins, course_code = stand_ins or {}, course_code or {}
-    answer_index = {c.grade_id: c.index for c in cells if c.role == "answer"}
-    late = [pid for pid in prepared if pid in stand_ins]
-    plan = {"cells": [], "calls": {}, "skip_cells": [], "skip_probes": [], "late": late,
-            "stages": stages_of(late, course_code)}
-    for cell in cells:
-        runs = cell.role in ("answer", "readonly", "other") and not cell.skip
-        probes_here = [pid for pid, gid in probe_cells.items()
-                       if answer_index.get(gid) == cell.index and pid not in stand_ins]
-        if runs or probes_here:
-            plan["cells"].append({"index": cell.index, "source": cell.source if runs else "", "probes": probes_here})
-            if not runs:
-                plan["skip_cells"].append(cell.index)
-    tensors, first_of = {}, {}
-    for pid, prep in prepared.items():
-        plan["calls"][pid] = prep.call.plan()
-        if pid in stand_ins:
-            plan["calls"][pid]["stand_ins"] = stand_ins[pid]
-        first = first_of.setdefault(id(prep), pid)
-        if first != pid:  # the same check made again (with stand-ins): its tensors travel once
-            plan["calls"][pid]["tensors_of"] = first
-            continue
-        tensors.update({probes.tensor_key(pid, name): t.contiguous() for name, t in prep.call.tensors.items()})
-    return plan, tensors
-
-
 def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Callable[[Callable[[str], bytes]], str | None]:
     """A ``watch`` for :meth:`Worker.run`. It stops the run when one cell or probe has been going
     for too long (and appends that step to ``fired``), when the run stays as long between two
@@ -386,7 +280,7 @@ class _Attempts:
         self.result.output += reply.output
         reading = journal.read(self.worker.events(read), self.plan)
         self.result.refused += reading.refused
-        code = _exit_code(reply)
+        code = exit_code(reply)
         if reading.done and code == 0 and not reading.tampered:
             self._record(reading, read)
             return False
@@ -396,7 +290,7 @@ class _Attempts:
             self.result.tampering.append(why)
             status, message = "tampered", f"The grader stopped the run: {why}."
         else:
-            status, message = _death(reply, bool(fired), self.worker.settings)
+            status, message = death(reply, bool(fired), self.worker.settings)
         return self._blame(reading.last_step, status, message)
 
     def stages(self) -> dict:
@@ -419,7 +313,7 @@ class _Attempts:
                 status = "todo" if event.get("kind") == "todo" else "error"
                 outcome = ProbeOutcome(status, self._message(event, reading))
             elif event.get("saved"):
-                record, problem = _load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
+                record, problem = load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
                 outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
             else:
                 outcome = ProbeOutcome("ok", value=event.get("value"))

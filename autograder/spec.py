@@ -26,7 +26,7 @@ fails only by the catalogued mistake an earlier one was charged for keeps its po
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from transformer_lm.kinds import CheckKind
 
@@ -45,6 +45,7 @@ class Item:
     """
 
     grade_id: str
+    _: KW_ONLY
     points: float
     checks: tuple[CheckKind, ...]
     forbids: tuple[str, ...] = ()

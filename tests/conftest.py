@@ -1,11 +1,15 @@
 """Shared fixtures: one hostile class of assignment 01, graded once per test session, and each
-assignment's notebooks for its test module (which names SOURCE_DIR, RELEASE_DIR and NOTEBOOK)."""
+assignment's notebooks for its test module (which names SOURCE_DIR, RELEASE_DIR and NOTEBOOK); how
+the workers share the files; and the TA's image, built once per run, in the background."""
 
 import hashlib
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
+import container_tools
 import hostile_class
 import notebook_tools as tools
 from autograder import demo, sandbox
@@ -54,16 +58,16 @@ def released_run(request):
     return tools.execute(request.module.RELEASE_DIR / request.module.NOTEBOOK, allow_errors=True)
 
 
-
 # --------------------------------------------------------------------------------------
 # How xdist shares the files between workers (make test: tests/scheduling.py, in this order)
 # --------------------------------------------------------------------------------------
 
-LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_student_kit.py", "test_container.py", "test_grading.py",
-                 "test_assignment_04.py", "test_notebook_fuzz.py", "test_visible_and_hidden_agree.py",
+LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_student_kit.py", "test_grading.py", "test_assignment_04.py",
+                 "test_service_hub.py", "test_notebook_fuzz.py", "test_visible_and_hidden_agree.py",
                  "test_hardening.py", "test_report.py", "test_assignment_01.py", "test_benchmark_anchor.py"]
-"""Files that take two minutes or more (from --durations), handed out first, so that none starts
-last and leaves the other worker idle."""
+"""Files that take a minute or more (from --durations), handed out first, so that none starts
+last and leaves the other worker idle. test_container.py is not among them: its image is built in
+the background from the start (:func:`pytest_collection_finish`), and its tests take seconds."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,3 +83,26 @@ def pytest_xdist_make_scheduler(config, log):
         from scheduling import CourseScheduling
         return CourseScheduling(config, log)
     return None
+
+
+# --------------------------------------------------------------------------------------
+# The TA's image, built once per run, in the background (tests/container_tools.py)
+# --------------------------------------------------------------------------------------
+
+RUN_ID = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    config.stash[RUN_ID] = config.workerinput["testrunuid"] if hasattr(config, "workerinput") else uuid.uuid4().hex
+
+
+def image_folder(config) -> Path:
+    """Where this run's image build writes its log and its outcome, the same for every worker."""
+    return Path(tempfile.gettempdir()) / f"course-image-{config.stash[RUN_ID]}"
+
+
+def pytest_collection_finish(session):
+    """A run that holds the container test starts building its image now, so that the build's
+    waits (the network, the disk) pass while other tests run."""
+    if not session.config.option.collectonly and any(item.path.name == "test_container.py" for item in session.items):
+        container_tools.start_build(image_folder(session.config))

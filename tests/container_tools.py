@@ -4,15 +4,18 @@ Where podman cannot pull the official Python image (no registry reachable), the 
 here by ``autograder/make-base-image.sh`` (debootstrap, then ``podman import``) and passed to
 the Dockerfile as ``BASE_IMAGE``. The build sees this machine's pip configuration (its index, its
 local wheels and its CA certificates), mounted read-only, as pip here does; none of it is kept in
-the image.
+the image. A test run builds the image once, in a process of its own started when the tests are
+collected (:func:`start_build`), and the container test waits for it (:func:`built_image`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,3 +101,55 @@ def run(image: str, course: Path, *command: str, sandbox: bool = True) -> subpro
 
 def image_bytes(image: str) -> int:
     return int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
+
+
+# --------------------------------------------------------------------------------------
+# One build per test run, started in the background as soon as the tests are collected
+# --------------------------------------------------------------------------------------
+
+BUILD_RESULT = "result.json"
+
+
+def start_build(folder: Path) -> bool:
+    """Starts building the image in a process of its own, once per test run (``folder`` is the
+    run's: the first worker to ask makes it and starts the build; others find it made). Much of
+    a build waits on the network and the disk, so the tests go on meanwhile. False where podman
+    cannot run (the container test then skips)."""
+    if podman_problem():
+        return False
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return True
+    log = open(folder / "build.log", "wb")
+    subprocess.Popen([sys.executable, __file__, "build", str(folder)], stdout=log, stderr=subprocess.STDOUT,
+                     stdin=subprocess.DEVNULL, start_new_session=True)
+    return True
+
+
+def built_image(folder: Path, timeout: float = 1500) -> str:
+    """The image that :func:`start_build` is making in ``folder``, once it is made."""
+    result, deadline = folder / BUILD_RESULT, time.monotonic() + timeout
+    while not result.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"The image was not built in {timeout:.0f} s; its log: {folder / 'build.log'}")
+        time.sleep(2)
+    outcome = json.loads(result.read_text())
+    if outcome["error"]:
+        raise AssertionError(outcome["error"])
+    return outcome["image"]
+
+
+def _build_into(folder: Path) -> None:
+    """What the background process runs: the build, then its outcome in ``folder``."""
+    try:
+        outcome = {"image": build_image(folder), "error": ""}
+    except BaseException as error:  # noqa: BLE001 - the waiting test reports it
+        outcome = {"image": "", "error": str(error)}
+    draft = folder / (BUILD_RESULT + ".part")
+    draft.write_text(json.dumps(outcome))
+    draft.rename(folder / BUILD_RESULT)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["build"]:
+    _build_into(Path(sys.argv[2]))

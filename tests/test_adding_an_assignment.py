@@ -52,7 +52,8 @@ def qkv(generator):
     return {name: torch.randn(3, 5, 4, generator=generator) for name in "qkv"}
 
 
-ITEMS = [Item("attention", 10, (FunctionCheck("attention", expected, qkv, candidates=attention_function_candidates),),
+ITEMS = [Item("attention", points=10,
+              checks=(FunctionCheck("attention", expected, qkv, candidates=attention_function_candidates),),
               forbids=LIBRARY_ATTENTION)]
 '''
 

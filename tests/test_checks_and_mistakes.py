@@ -12,7 +12,8 @@ from float_tolerance import ACROSS_MACHINES, PUBLIC_VALUES, assert_same
 from live_checks import check_here
 from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference, visible_checks
 from transformer_lm.cases import AttentionCase, make_case_tensors
-from transformer_lm.kinds import AttentionCheck, sampling_check
+from transformer_lm.gpt_kinds import sampling_check
+from transformer_lm.kinds import AttentionCheck
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
 REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)

@@ -5,6 +5,7 @@ are checked in test_k8s.py."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import container_tools
+from conftest import image_folder
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "autograder" / "Dockerfile"
@@ -36,12 +38,16 @@ def test_the_container_runs_as_a_user_and_enters_the_autograder():
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    """One build of the TA's image per test run."""
+def image(request):
+    """The TA's image, built once per test run, in the background since the tests were collected
+    (conftest's ``pytest_collection_finish``)."""
     problem = container_tools.podman_problem()
     if problem:
         pytest.skip(problem)
-    return container_tools.build_image(tmp_path_factory.mktemp("image"))
+    folder = image_folder(request.config)
+    container_tools.start_build(folder)  # started already, unless the collection hook did not run
+    yield container_tools.built_image(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

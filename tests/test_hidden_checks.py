@@ -2,6 +2,8 @@
 
 import ast
 import contextlib
+import dataclasses
+import inspect
 import json
 import runpy
 import sys
@@ -14,6 +16,8 @@ import transformer_lm
 from autograder import course_code
 from autograder.cells import marks
 from autograder.course import Course, generator_for, load_items
+from autograder.spec import Item
+from transformer_lm import cases, decoder_kinds, gpt_kinds, kinds, tiled_judges, tiled_kinds
 from transformer_lm.kinds import judge_here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,3 +134,24 @@ def test_generation_is_not_in_the_late_runs_of_the_generation_items():
         assert "generate" not in {node.name for node in gpt.body if isinstance(node, ast.FunctionDef)}
     assert "def sample_next_token" not in late["generate"][1]["reference"]
     assert "def sample_next_token" in late["kv_cache"][1]["reference"]  # generate, below kv_cache, is stood in
+
+
+def sized_parameters(cls) -> list[inspect.Parameter]:
+    """The parameters of a dataclass's constructor that take a number (or a tuple of sizes)."""
+    numeric = ("int", "float", "bool", "tuple[int")
+    return [p for p in inspect.signature(cls).parameters.values()
+            if str(p.annotation).startswith(numeric) or str(p.annotation) in ("int | None", "float | None")]
+
+
+def test_every_size_a_check_or_an_item_takes_is_a_keyword():
+    """A checks file reads ``AttentionCase(batch=2, seq=6, ...)``, never ``AttentionCase(2, 6, ...)``."""
+    classes = [Item] + [cls for module in (kinds, gpt_kinds, tiled_kinds, decoder_kinds, cases, tiled_judges)
+                        for cls in vars(module).values()
+                        if dataclasses.is_dataclass(cls) and isinstance(cls, type) and cls.__module__ == module.__name__
+                        and cls.__name__.endswith(("Check", "Case"))]
+    positional = [f"{cls.__name__}.{p.name}" for cls in classes for p in sized_parameters(cls)
+                  if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert not positional
+    assert len(classes) > 20 and all(sized_parameters(cls) for cls in (Item, cases.AttentionCase, tiled_judges.TileCase))
+    with pytest.raises(TypeError):
+        cases.AttentionCase(2, 6, 5, 8)

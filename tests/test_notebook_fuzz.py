@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import notebook_data, record, runner
+from autograder import notebook_data, record
 from autograder.assignment import Assignment
 from autograder.cells import answer_cells
 from autograder.course import Course
 from autograder.preflight import preflight
 from autograder.results import SubmissionResult
+from autograder.run_plan import plan_of
 from autograder.service import intake, store
 from transformer_lm.style import style_problems
 
@@ -146,7 +147,7 @@ def check_one(graded: Graded, folder: Path, raw: bytes) -> None:
         return
     assert all(isinstance(cell.source, str) for cell in pre.cells)
     prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid not in assignment.stand_ins}
-    plan, _ = runner.plan_of(pre, prepared, {pid: assignment.probe_item[pid] for pid in prepared})
+    plan, _ = plan_of(pre, prepared, {pid: assignment.probe_item[pid] for pid in prepared})
     json.dumps(plan)
     for _, source in answer_cells(pre.notebook["cells"]):
         style_problems(source)

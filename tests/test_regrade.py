@@ -40,7 +40,7 @@ from transformer_lm.kinds import AttentionCheck, FunctionCheck
 NOBODY_PASSES = (FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1) + 1,
                                lambda g: {"x": torch.randn(4, 9, generator=g)}),)
 ONE_TOKEN = (AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
-                            AttentionCase(2, 1, 3, 2, causal=True, bias=True)),)
+                            AttentionCase(batch=2, seq=1, d_in=3, d_out=2, causal=True, bias=True)),)
 CHANGED = {"softmax_stable": NOBODY_PASSES, "causal_attention": ONE_TOKEN}
 ITEMS = [dataclasses.replace(item, checks=CHANGED.get(item.grade_id, item.checks)) for item in ITEMS]
 '''

@@ -64,7 +64,8 @@ def test_a_stored_check_judges_as_the_prepared_one(tmp_path):
     checks = {"attention": function_check("attention", attention, inputs, torch.randn(2, 4, 6, generator=generator),
                                           attention_function_candidates(inputs)),
               "self_attention_v1": AttentionCheck("SelfAttention_v1", SELF_ATTENTION_V1,
-                                                  AttentionCase(batch=None, seq=4, d_in=3, d_out=2, bias=False)).prepare(generator),
+                                                  AttentionCase(batch=None, seq=4, d_in=3, d_out=2,
+                                                                bias=False)).prepare(generator),
               "parameters": ParametersCheck("SelfAttention_v1", {"d_in": 3, "d_out": 2},
                                             {"W_query": (3, 2), "W_key": (3, 2), "W_value": (3, 2)}).prepare(generator),
               "raises": RaisesCheck("SelfAttention_v1", {"d_in": 3, "d_out": 0}).prepare(generator)}
@@ -88,6 +89,7 @@ def test_a_stored_check_judges_as_the_prepared_one(tmp_path):
 
 
 def test_a_judge_that_is_code_is_not_stored(tmp_path):
-    check = FactoryCheck("make", {}, (1, 2, 3), lambda record: None).prepare(torch.Generator().manual_seed(0))
+    check = FactoryCheck("make", {}, input_shape=(1, 2, 3),
+                         judge_record=lambda record: None).prepare(torch.Generator().manual_seed(0))
     with pytest.raises(TypeError, match="cannot be stored"):
         stored.save({"factory": check}, tmp_path / "checks.safetensors")

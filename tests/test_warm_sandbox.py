@@ -20,6 +20,7 @@ import pytest
 
 from autograder import runner, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
+from autograder.run_reply import exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -161,7 +162,7 @@ def test_a_run_reaches_neither_the_server_nor_the_runs_after_it(worker):
 
 def test_a_run_that_crashes_or_hangs_costs_only_itself(worker):
     reply, _ = worker.run(plan("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"), {}, 60, None)
-    assert runner._exit_code(reply) == -11
+    assert exit_code(reply) == -11
     errors, _ = run(worker, "x = 1")
     assert errors == []
     reply, _ = worker.run(plan("while True: pass"), {}, 2, None)
@@ -226,6 +227,6 @@ def test_ctypes_makes_calls_and_shows_nothing_in_a_run(worker):
     errors, output = run(worker, CTYPES)
     assert errors == [] and printed(output, "WORKED") == [], output
     reply, _ = worker.run(plan("import ctypes\nctypes.c_long.from_address(id(1))"), {}, 60, None)
-    assert runner._exit_code(reply) == TAMPERED_EXIT
+    assert exit_code(reply) == TAMPERED_EXIT
     errors, output = run(worker, "print('graded', 6 * 7)")
     assert errors == [] and "graded 42" in output

@@ -17,7 +17,7 @@ import torch
 from transformer_lm import reference
 from transformer_lm.reference import AttentionWeights
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttentionCase:
     """The sizes and switches of one attention test. ``batch=None`` feeds a single
     sequence ``(seq, d_in)`` instead of a batch ``(batch, seq, d_in)``."""
@@ -98,7 +98,7 @@ def make_case_tensors(case: AttentionCase, generator: torch.Generator) -> CaseTe
     return CaseTensors(weights, x, grad_output, mask)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BlockCase:
     """The sizes of one transformer block test (``nn.TransformerEncoderLayer``'s names)."""
 

@@ -10,7 +10,7 @@ never start at 0 unless a case says so: a cache or left padding moves them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
@@ -37,6 +37,7 @@ class RopeCheck:
     :func:`reference.apply_rope` does: values and the gradient of ``x``."""
 
     object: str
+    _: KW_ONLY
     batch: int
     heads: int
     seq: int
@@ -73,6 +74,7 @@ class GroupedQueryCheck:
     key and (with ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
 
     object: str
+    _: KW_ONLY
     d_model: int
     n_heads: int
     n_kv_heads: int
@@ -123,6 +125,7 @@ class WindowMaskCheck:
     :func:`reference.sliding_window_mask`: causal, at most ``window`` keys, itself included."""
 
     object: str
+    _: KW_ONLY
     query_len: int
     key_len: int
     window: int
@@ -145,6 +148,7 @@ class CacheBytesCheck:
     cache in bytes, :func:`reference.kv_cache_bytes`."""
 
     object: str
+    _: KW_ONLY
     n_layers: int
     n_kv_heads: int
     head_dim: int
@@ -177,6 +181,7 @@ class PaddingCheck:
 
     positions_object: str
     mask_object: str
+    _: KW_ONLY
     lengths: tuple[int, ...]
     query_len: int | None = None
 
@@ -215,6 +220,7 @@ class PaddedGenerationCheck:
     object: str
     attention: str
     config: tuple[tuple[str, object], ...]
+    _: KW_ONLY
     lengths: tuple[int, ...]
     max_new_tokens: int
 

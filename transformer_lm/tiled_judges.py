@@ -40,7 +40,7 @@ key block too many per query block moves it up by 0.09 or more at the sizes the 
 there is no bound: an answer that trims the diagonal tiles does less than the reference, rightly."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TileCase:
     """Sizes of one call of a tiled attention: q ``(batch, heads, seq_q, dim)``, k ``(batch, heads,
     seq_k, dim)``, v ``(batch, heads, seq_k, dim_v)``, tiles of ``block_q`` queries and ``block_k``

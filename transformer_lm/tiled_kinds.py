@@ -9,7 +9,7 @@ fixed seed, the grader from the course's secret.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
@@ -39,6 +39,7 @@ class MergeStatsCheck:
     does."""
 
     object: str
+    _: KW_ONLY
     rows: int = 6
 
     def prepare(self, generator: torch.Generator) -> Prepared:
@@ -64,6 +65,7 @@ class OnlineSoftmaxCheck:
     reduction in it combines more than ``block`` scores."""
 
     object: str
+    _: KW_ONLY
     rows: int
     n: int
     block: int
@@ -146,6 +148,7 @@ class CausalWorkCheck:
 
     object: str
     case: TileCase
+    _: KW_ONLY
     backward: bool = False
 
     def prepare(self, generator: torch.Generator) -> Prepared:

@@ -17,9 +17,9 @@ from transformer_lm.adapters import AttentionAPI
 from transformer_lm.cases import AttentionCase, BlockCase
 from transformer_lm.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck, PaddingCheck,
                                           RopeCheck, WindowMaskCheck)
-from transformer_lm.kinds import (AttentionCheck, CachedForwardCheck, DecoderLoadCheck, GenerateCheck, LossCheck,
-                                  ModuleCheck, MultiheadLoadCheck, ParametersCheck, TransferCheck,
-                                  attention_function_candidates, function_check, sampling_check)
+from transformer_lm.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
+from transformer_lm.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck, ParametersCheck,
+                                  TransferCheck, attention_function_candidates, function_check)
 from transformer_lm.prepared import Prepared
 from transformer_lm.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
                                         OnlineSoftmaxCheck, TileCase)
@@ -73,7 +73,8 @@ def _attention_basics() -> dict[str, list[Entry]]:
     context = []
     for shape in ((6, 3), (4, 5), (1, 2)):
         x = torch.randn(shape, generator=generator)
-        context.append(entry("context_vectors", function_check("context_vectors", unscaled_self_attention, {"inputs": x},
+        context.append(entry("context_vectors", function_check("context_vectors", unscaled_self_attention,
+                                                               {"inputs": x},
                                                                torch.randn(shape, generator=generator)),
                              f"context_vectors on inputs of shape {shape}"))
     one_sequence = (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
@@ -166,7 +167,8 @@ def _pytorch_attention() -> dict[str, list[Entry]]:
             AttentionCase(batch=2, seq=5, d_in=6, d_out=3, d_value=6),
             AttentionCase(batch=None, seq=4, d_in=5, d_out=5, d_value=5, mask="bool"),
             AttentionCase(batch=3, seq=6, d_in=4, d_out=7, d_value=4, mask="float"))),
-        "multiheaded_self_attention": attention_entries("MultiheadedSelfAttention", adapters.MULTIHEADED_SELF_ATTENTION, (
+        "multiheaded_self_attention": attention_entries("MultiheadedSelfAttention",
+                                                        adapters.MULTIHEADED_SELF_ATTENTION, (
             AttentionCase(batch=2, seq=5, d_in=6, d_out=6, num_heads=3, bias=True, out_proj=True),
             AttentionCase(batch=3, seq=4, d_in=8, d_out=8, num_heads=2, bias=True, out_proj=True, mask="bool"),
             AttentionCase(batch=2, seq=6, d_in=4, d_out=4, num_heads=1, bias=True, out_proj=True, mask="float")),
@@ -182,7 +184,8 @@ def _generation(call_kwargs: dict, sizes) -> list[Entry]:
     """Greedy generation from the tiny GPT (seed 7: weights under which the next token depends on
     the context), one check for each ``(batch, prompt, max_new_tokens)``."""
     options = "".join(f", {name}={value}" for name, value in call_kwargs.items())
-    return [entry("GPT.generate", seeded(GenerateCheck("GPT", asdict(TINY_GPT), batch, prompt, new, call_kwargs), 7),
+    return [entry("GPT.generate", seeded(GenerateCheck("GPT", asdict(TINY_GPT), batch=batch, prompt=prompt,
+                                                       max_new_tokens=new, call_kwargs=call_kwargs), 7),
                   f"generate(a prompt of {prompt} tokens, max_new_tokens={new}, top_k=1{options}) with "
                   f"block_size={TINY_GPT.block_size}")
             for batch, prompt, new in sizes]
@@ -208,8 +211,9 @@ def _mingpt() -> dict[str, list[Entry]]:
                             lambda _, idx=idx: {"idx": idx})
         models.append(entry("GPT", seeded(check), f"GPT(n_layer={config.n_layer}, n_head={config.n_head}) on idx of "
                                                   f"shape {tuple(idx.shape)}"))
-    models.append(entry("GPT", seeded(LossCheck("GPT", asdict(TINY_GPT), 3, 6), 3)))
-    models.append(entry("GPT.forward with a KV cache", seeded(CachedForwardCheck("GPT", asdict(TINY_GPT), 2, 5, 2), 3)))
+    models.append(entry("GPT", seeded(LossCheck("GPT", asdict(TINY_GPT), batch=3, seq=6), 3)))
+    models.append(entry("GPT.forward with a KV cache", seeded(CachedForwardCheck("GPT", asdict(TINY_GPT), batch=2,
+                                                                                 seq=5, prefix=2), 3)))
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [-0.5, 1.5, 0.0, 1.0]])
     sampling = [entry("sample_next_token", sampling_check("sample_next_token", logits, temperature, top_k, 4000))
                 for temperature, top_k in ((1.0, None), (0.5, None), (2.0, 2))]
@@ -226,17 +230,21 @@ def _mingpt() -> dict[str, list[Entry]]:
 
 
 TILED_VALUE_CASES = (
-    TileCase(2, 3, 37, 37, 8, 6, 8, 5),                  # T not a multiple of either block
-    TileCase(2, 3, 37, 37, 8, 6, 8, 5, causal=True),
-    TileCase(1, 2, 19, 45, 4, 7, 16, 16),                # fewer queries than keys, one query block
+    # T not a multiple of either block
+    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5),
+    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5, causal=True),
+    # fewer queries than keys, one query block
+    TileCase(batch=1, heads=2, seq_q=19, seq_k=45, dim=4, dim_v=7, block_q=16, block_k=16),
 )
-TILED_SPREAD_CASE = TileCase(2, 2, 29, 29, 8, 6, 8, 4, causal=True, spread=True)
+TILED_SPREAD_CASE = TileCase(batch=2, heads=2, seq_q=29, seq_k=29, dim=8, dim_v=6, block_q=8, block_k=4, causal=True,
+                             spread=True)
 """Rows whose scores lie hundreds apart: one maximum shared by all rows underflows. (Only for the
 forward: float32 gradients of scores in the hundreds stray past the course's tolerance.)"""
-TILED_MEMORY_CASE = TileCase(1, 2, 160, 160, 8, 8, 16, 16, causal=True)
+TILED_MEMORY_CASE = TileCase(batch=1, heads=2, seq_q=160, seq_k=160, dim=8, dim_v=8, block_q=16, block_k=16,
+                             causal=True)
 """The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
 of one batch and head 256, and the output of every head 2,560."""
-TILED_LARGE_CASE = TileCase(1, 1, 4096, 4096, 4, 4, 1024, 512)
+TILED_LARGE_CASE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=1024, block_k=512)
 """Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
 (64 MiB in float32), a tile 524,288, q, k and v 16,384 each. What the call holds outside torch's
 tensors is measured here."""
@@ -250,8 +258,9 @@ def each(name: str, *kinds) -> list[Entry]:
 def _efficient_attention() -> dict[str, list[Entry]]:
     return {
         "merge_stats": each("merge_stats", MergeStatsCheck("merge_stats")),
-        "online_softmax": each("online_softmax", OnlineSoftmaxCheck("online_softmax", 6, 21, 4, spread=True),
-                                 OnlineSoftmaxCheck("online_softmax", 4, 50, 8)),
+        "online_softmax": each("online_softmax",
+                               OnlineSoftmaxCheck("online_softmax", rows=6, n=21, block=4, spread=True),
+                               OnlineSoftmaxCheck("online_softmax", rows=4, n=50, block=8)),
         "flash_forward": each("flash_forward", *(FlashForwardCheck("flash_forward", case)
                                                    for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE))),
         "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
@@ -270,21 +279,29 @@ def _modern_attention() -> dict[str, list[Entry]]:
     config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2), ("ff_dim", 24))
     return {
         "apply_rope": [entry("apply_rope", seeded(kind), kind.call) for kind in (
-            RopeCheck("apply_rope", 1, 2, 5, 8), RopeCheck("apply_rope", 2, 3, 6, 16, start=7),
-            RopeCheck("apply_rope", 3, 2, 4, 8, start=2, per_sequence=True, base=500000.0))],
-        "sliding_window_mask": each("sliding_window_mask", *(WindowMaskCheck("sliding_window_mask", *sizes)
-                                                               for sizes in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)))),
+            RopeCheck("apply_rope", batch=1, heads=2, seq=5, head_dim=8),
+            RopeCheck("apply_rope", batch=2, heads=3, seq=6, head_dim=16, start=7),
+            RopeCheck("apply_rope", batch=3, heads=2, seq=4, head_dim=8, start=2, per_sequence=True, base=500000.0))],
+        "sliding_window_mask": each("sliding_window_mask", *(
+            WindowMaskCheck("sliding_window_mask", query_len=query_len, key_len=key_len, window=window)
+            for query_len, key_len, window in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)))),
         "grouped_query_attention": each("GroupedQueryAttention", *(
-            GroupedQueryCheck("GroupedQueryAttention", *sizes, **options) for sizes, options in (
-                ((16, 4, 1, 2, 5), {}), ((16, 4, 2, 2, 6, 3), {}), ((12, 3, 3, 1, 4, 9), {"base": 100.0}),
-                ((16, 4, 2, 2, 7), {"window": 3}), ((16, 4, 2, 2, 5), {"padded": (2, 5)})))),
-        "padding": each("padded_attention_mask", *(PaddingCheck("padded_positions", "padded_attention_mask", lengths,
-                                                                  query_len)
-                                                     for lengths, query_len in (((3, 5, 1), None), ((2, 4), 1)))),
-        "padded_generation": each("generate_padded", PaddedGenerationCheck("generate_padded", "GroupedQueryAttention",
-                                                                             config, (3, 6, 1), 5)),
-        "kv_cache_bytes": each("kv_cache_bytes", *(CacheBytesCheck("kv_cache_bytes", *sizes) for sizes in
-                                                     ((32, 8, 128, 8192, 1, "bfloat16"), (2, 3, 16, 100, 4, "float32")))),
+            GroupedQueryCheck("GroupedQueryAttention", **sizes) for sizes in (
+                dict(d_model=16, n_heads=4, n_kv_heads=1, batch=2, seq=5),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=6, start=3),
+                dict(d_model=12, n_heads=3, n_kv_heads=3, batch=1, seq=4, start=9, base=100.0),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=7, window=3),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=5, padded=(2, 5))))),
+        "padding": each("padded_attention_mask", *(
+            PaddingCheck("padded_positions", "padded_attention_mask", lengths=lengths, query_len=query_len)
+            for lengths, query_len in (((3, 5, 1), None), ((2, 4), 1)))),
+        "padded_generation": each("generate_padded", PaddedGenerationCheck(
+            "generate_padded", "GroupedQueryAttention", config, lengths=(3, 6, 1), max_new_tokens=5)),
+        "kv_cache_bytes": each("kv_cache_bytes", *(
+            CacheBytesCheck("kv_cache_bytes", n_layers=layers, n_kv_heads=heads, head_dim=dim, seq_len=seq,
+                            batch=batch, dtype=dtype)
+            for layers, heads, dim, seq, batch, dtype in ((32, 8, 128, 8192, 1, "bfloat16"),
+                                                          (2, 3, 16, 100, 4, "float32")))),
     }
 
 
@@ -312,7 +329,8 @@ def fingerprints() -> dict:
     expected = flawed_fingerprint(catalog.Flaws())
     made = {mistake: flawed_fingerprint(mistake.flaws) for mistake in catalog.revealed_by({"heads", "causal",
                                                                                           "projection"})}
-    return {"expected": expected, "mistakes": {m: fingerprint for m, fingerprint in made.items() if fingerprint != expected}}
+    mistakes = {m: fingerprint for m, fingerprint in made.items() if fingerprint != expected}
+    return {"expected": expected, "mistakes": mistakes}
 
 
 ASSIGNMENTS = {"01_attention_basics": _attention_basics, "02_multihead_attention": _multihead_attention,

@@ -39,7 +39,7 @@ def two_dimensional(record) -> Verdict:
 
 
 ITEMS = [
-    Item("softmax_stable", 1, (
+    Item("softmax_stable", points=1, checks=(
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
                       lambda g: scores_vectors(g, 4, 9), candidates=softmax_candidates),
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
@@ -48,52 +48,64 @@ ITEMS = [
         FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
                       lambda g: {"x": torch.randn(7, generator=g)}),
     ), forbids=SOFTMAX),
-    Item("context_vectors", 1, (
+    Item("context_vectors", points=1, checks=(
         FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
                       lambda g: scores_vectors(g, 8, 5), candidates=context_vector_candidates),
         FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
                       lambda g: scores_vectors(g, 1, 4)),
     ), forbids=LIBRARY_ATTENTION),
-    Item("self_attention_v1", 1, (
-        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 7, 5, 4, bias=False)),
-        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 1, 3, 2, bias=False)),
+    Item("self_attention_v1", points=1, checks=(
+        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=7, d_in=5,
+                                                                                     d_out=4, bias=False)),
+        AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=1, d_in=3,
+                                                                                     d_out=2, bias=False)),
     ), forbids=LIBRARY_ATTENTION, defines=("SelfAttention_v1",)),
-    Item("self_attention_v2", 1, (
-        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 7, 5, 4, bias=False)),
-        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 4, 6, 3, bias=True)),
-        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(None, 1, 2, 5, bias=False)),
+    Item("self_attention_v2", points=1, checks=(
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=7, d_in=5,
+                                                                                     d_out=4, bias=False)),
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=4, d_in=6,
+                                                                                     d_out=3, bias=True)),
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=1, d_in=2,
+                                                                                     d_out=5, bias=False)),
     ), forbids=LIBRARY_ATTENTION, defines=("SelfAttention_v2",)),
-    Item("transfer_weights", 1, (
+    Item("transfer_weights", points=1, checks=(
         TransferCheck("transfer_weights", "SelfAttention_v2", adapters.SELF_ATTENTION_V2,
-                      "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(None, 6, 5, 3, bias=False)),
+                      "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=6, d_in=5, d_out=3,
+                                                                                    bias=False)),
     ), builds_on=("self_attention_v1", "self_attention_v2")),
-    Item("causal_attention", 1, (
+    Item("causal_attention", points=1, checks=(
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
-                       AttentionCase(3, 7, 5, 4, causal=True, bias=False, context_length=9)),
+                       AttentionCase(batch=3, seq=7, d_in=5, d_out=4, causal=True, bias=False, context_length=9)),
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
-                       AttentionCase(2, 1, 3, 2, causal=True, bias=True)),
+                       AttentionCase(batch=2, seq=1, d_in=3, d_out=2, causal=True, bias=True)),
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
-                       AttentionCase(2, 5, 4, 3, causal=True, bias=False, dropout=0.5)),
+                       AttentionCase(batch=2, seq=5, d_in=4, d_out=3, causal=True, bias=False, dropout=0.5)),
     ), forbids=LIBRARY_ATTENTION, defines=("CausalAttention",)),
-    Item("multihead_wrapper", 1, (
+    Item("multihead_wrapper", points=1, checks=(
         AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
-                       AttentionCase(2, 6, 5, 6, num_heads=3, causal=True, bias=False, context_length=8)),
+                       AttentionCase(batch=2, seq=6, d_in=5, d_out=6, num_heads=3, causal=True, bias=False,
+                                     context_length=8)),
         AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
-                       AttentionCase(1, 4, 3, 2, num_heads=1, causal=True, bias=True)),
+                       AttentionCase(batch=1, seq=4, d_in=3, d_out=2, num_heads=1, causal=True, bias=True)),
     ), forbids=LIBRARY_ATTENTION, defines=("MultiHeadAttentionWrapper",), builds_on=("causal_attention",)),
-    Item("two_dim_wrapper", 1, (
-        FactoryCheck("two_dim_wrapper", {"d_in": 5, "context_length": 7}, (2, 7, 5), two_dimensional),
+    Item("two_dim_wrapper", points=1, checks=(
+        FactoryCheck("two_dim_wrapper", {"d_in": 5, "context_length": 7}, input_shape=(2, 7, 5),
+                     judge_record=two_dimensional),
     ), builds_on=("multihead_wrapper",)),
-    Item("multihead_attention", 2, (
+    Item("multihead_attention", points=2, checks=(
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
-                       AttentionCase(2, 6, 5, 8, num_heads=4, causal=True, bias=False, out_proj=True,
+                       AttentionCase(batch=2, seq=6, d_in=5, d_out=8, num_heads=4, causal=True, bias=False,
+                                     out_proj=True,
                                      context_length=10)),
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
-                       AttentionCase(3, 5, 4, 6, num_heads=1, causal=True, bias=True, out_proj=True)),
+                       AttentionCase(batch=3, seq=5, d_in=4, d_out=6, num_heads=1, causal=True, bias=True,
+                                     out_proj=True)),
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
-                       AttentionCase(1, 1, 3, 6, num_heads=3, causal=True, bias=False, out_proj=True)),
+                       AttentionCase(batch=1, seq=1, d_in=3, d_out=6, num_heads=3, causal=True, bias=False,
+                                     out_proj=True)),
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
-                       AttentionCase(2, 4, 3, 4, num_heads=2, causal=True, bias=False, out_proj=True, dropout=0.5)),
+                       AttentionCase(batch=2, seq=4, d_in=3, d_out=4, num_heads=2, causal=True, bias=False,
+                                     out_proj=True, dropout=0.5)),
         RaisesCheck("MultiHeadAttention", {"d_in": 3, "d_out": 7, "context_length": 4, "dropout": 0.0,
                                            "num_heads": 2}),
     ), forbids=LIBRARY_ATTENTION),

@@ -37,7 +37,8 @@ def linear_layers(names, input_size, hidden):
 def mha(batch, seq, d_in, hidden, num_heads, judges=(), **switches):
     """A ``MultiHeadSelfAttention`` case: ``mix`` is the output projection."""
     return AttentionCheck("MultiHeadSelfAttention", MHA,
-                          AttentionCase(batch, seq, d_in, hidden, num_heads=num_heads, out_proj=True, **switches),
+                          AttentionCase(batch=batch, seq=seq, d_in=d_in, d_out=hidden, num_heads=num_heads,
+                                        out_proj=True, **switches),
                           judges)
 
 
@@ -47,28 +48,30 @@ def weights_of(batch, seq, d_in, hidden, num_heads, **switches):
 
 
 ITEMS = [
-    Item("self_attention_init", 1, (
+    Item("self_attention_init", points=1, checks=(
         ParametersCheck("SelfAttention", {"input_size": 5, "hidden": 12}, linear_layers("qkv", 5, 12)),
         ParametersCheck("SelfAttention", {"input_size": 16, "hidden": 4}, linear_layers("qkv", 16, 4)),
     ), forbids=LIBRARY_ATTENTION, answer="self_attention"),
-    Item("self_attention_forward", 3, (
-        AttentionCheck("SelfAttention", SA, AttentionCase(4, 6, 5, 8)),
-        AttentionCheck("SelfAttention", SA, AttentionCase(3, 1, 4, 6)),    # a single token
-        AttentionCheck("SelfAttention", SA, AttentionCase(1, 9, 6, 6)),    # a batch of one, hidden == input_size
-        AttentionCheck("SelfAttention", SA, AttentionCase(2, 4, 3, 32)),   # wide: unscaled scores saturate
+    Item("self_attention_forward", points=3, checks=(
+        AttentionCheck("SelfAttention", SA, AttentionCase(batch=4, seq=6, d_in=5, d_out=8)),
+        AttentionCheck("SelfAttention", SA, AttentionCase(batch=3, seq=1, d_in=4, d_out=6)),    # a single token
+        # a batch of one, hidden == input_size
+        AttentionCheck("SelfAttention", SA, AttentionCase(batch=1, seq=9, d_in=6, d_out=6)),
+        # wide: unscaled scores saturate
+        AttentionCheck("SelfAttention", SA, AttentionCase(batch=2, seq=4, d_in=3, d_out=32)),
     ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1),
-    Item("mha_scores", 3, (
+    Item("mha_scores", points=3, checks=(
         weights_of(2, 6, 5, 8, 4),
         weights_of(3, 4, 6, 6, 1),     # one head: head_size == hidden
         weights_of(2, 1, 3, 6, 3),     # a single token
         weights_of(1, 7, 4, 12, 6),    # a batch of one, many small heads
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention", style_deduction=1),
-    Item("mha_causal_mask", 1, (
+    Item("mha_causal_mask", points=1, checks=(
         weights_of(2, 6, 5, 8, 2, causal=True),
         weights_of(3, 1, 4, 6, 3, causal=True),    # a single token sees only itself
         weights_of(1, 7, 3, 4, 1, causal=True),
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
-    Item("mha_output", 2, (
+    Item("mha_output", points=2, checks=(
         mha(2, 5, 4, 6, 3, dropout=0.5),               # eval mode: dropout must change nothing
         mha(2, 6, 3, 8, 2, causal=True, dropout=0.5),
         RaisesCheck("MultiHeadSelfAttention", {"input_size": 4, "hidden": 10, "num_heads": 4}),

@@ -55,12 +55,13 @@ def attention_function(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
 
 def head(batch, seq, model_dim, qk_dim, mask=None):
     return AttentionCheck("SelfAttentionHead", adapters.SELF_ATTENTION_HEAD,
-                          AttentionCase(batch, seq, d_in=model_dim, d_out=qk_dim, d_value=model_dim, mask=mask))
+                          AttentionCase(batch=batch, seq=seq, d_in=model_dim, d_out=qk_dim, d_value=model_dim,
+                                        mask=mask))
 
 
 def multihead(batch, seq, model_dim, num_heads, mask=None):
     return MultiheadLoadCheck("MultiheadedSelfAttention", adapters.MULTIHEADED_SELF_ATTENTION,
-                              AttentionCase(batch, seq, d_in=model_dim, d_out=model_dim, num_heads=num_heads,
+                              AttentionCase(batch=batch, seq=seq, d_in=model_dim, d_out=model_dim, num_heads=num_heads,
                                             bias=True, out_proj=True, mask=mask))
 
 
@@ -68,11 +69,12 @@ def decoder(batch, seq, model_dim, num_heads, ff_dim, norm_first, dropout=0.0):
     init = {"model_dim": model_dim, "num_heads": num_heads, "ff_dim": ff_dim, "dropout": dropout,
             "norm_first": norm_first}
     return DecoderLoadCheck("TransformerDecoderLayer", init,
-                            BlockCase(batch, seq, model_dim, num_heads, ff_dim, norm_first=norm_first))
+                            BlockCase(batch=batch, seq=seq, model_dim=model_dim, num_heads=num_heads, ff_dim=ff_dim,
+                                      norm_first=norm_first))
 
 
 ITEMS = [
-    Item("my_attention", 3, (
+    Item("my_attention", points=3, checks=(
         attention_function((), 5, 8, 4, 3),                                   # 2-D, more keys than queries
         attention_function((3,), 6, 6, 8, 5, mask="bool"),                     # a batch, one mask for all
         attention_function((2, 3), 4, 7, 3, 6, mask="float"),                  # a batch of heads, biases and -inf
@@ -81,20 +83,20 @@ ITEMS = [
         attention_function((2,), 1, 5, 4, 2, mask="bool", mask_lead=(2,)),     # one query; a mask per batch entry
         attention_function((2, 2), 6, 4, 6, 1, mask="bool", mask_lead=(2, 1)),  # a mask per sequence, shared by heads
     ), forbids=LIBRARY_ATTENTION, defines=("my_attention",)),
-    Item("self_attention_head", 2, (
+    Item("self_attention_head", points=2, checks=(
         head(3, 6, 8, 4),                    # qk_dim narrower than model_dim
         head(2, 5, 6, 6, mask="bool"),
         head(None, 4, 5, 7, mask="float"),   # one sequence, qk_dim wider than model_dim
         head(2, 1, 4, 2, mask="bool"),       # a single token
     ), forbids=LIBRARY_ATTENTION, builds_on=("my_attention",)),
-    Item("multiheaded_self_attention", 3, (
+    Item("multiheaded_self_attention", points=3, checks=(
         multihead(2, 7, 12, 3),
         multihead(3, 5, 8, 2, mask="bool"),
         multihead(2, 6, 6, 1, mask="float"),   # a single head
         multihead(1, 1, 8, 4, mask="bool"),    # a single token
         multihead(2, 4, 8, 8),                 # heads of width 1
     ), forbids=LIBRARY_ATTENTION, defines=("MultiheadedSelfAttention",), builds_on=("my_attention",)),
-    Item("transformer_decoder_layer", 2, (
+    Item("transformer_decoder_layer", points=2, checks=(
         decoder(2, 6, 12, 3, 20, norm_first=False),
         decoder(3, 5, 8, 2, 16, norm_first=True),
         decoder(1, 1, 8, 1, 8, norm_first=False),                # a single token, a single head

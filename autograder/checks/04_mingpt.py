@@ -13,7 +13,7 @@ sequence run at once. ``sample_next_token`` draws thousands of tokens from rando
 whose frequencies must follow the reference's distribution. Generation is greedy (``top_k=1``) against the
 reference, with prompts longer than ``block_size`` (cropping) and generations that outgrow it
 (the cache must restart), under weights whose greedy tokens depend on the context (see
-:class:`transformer_lm.kinds.GenerateCheck`). Inputs come from the course's secret seed.
+:class:`transformer_lm.gpt_kinds.GenerateCheck`). Inputs come from the course's secret seed.
 """
 
 from dataclasses import asdict
@@ -24,14 +24,8 @@ from autograder.spec import Item
 from transformer_lm import adapters, reference
 from transformer_lm.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.kinds import (
-    AttentionCheck,
-    CachedForwardCheck,
-    GenerateCheck,
-    LossCheck,
-    ModuleCheck,
-    SamplingCheck,
-)
+from transformer_lm.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, SamplingCheck
+from transformer_lm.kinds import AttentionCheck, ModuleCheck
 
 
 def config(**sizes) -> dict:
@@ -41,7 +35,8 @@ def config(**sizes) -> dict:
 
 
 def attention(batch, seq, width, heads, **extra) -> AttentionCheck:
-    case = AttentionCase(batch, seq, width, width, num_heads=heads, causal=True, out_proj=True, **extra)
+    case = AttentionCase(batch=batch, seq=seq, d_in=width, d_out=width, num_heads=heads, causal=True, out_proj=True,
+                         **extra)
     return AttentionCheck("MultiHeadSelfAttention", adapters.MINGPT_ATTENTION, case)
 
 
@@ -64,38 +59,42 @@ DROPOUT = dict(vocab_size=8, block_size=6, n_layer=2, n_head=3, n_embd=9, attn_p
                embd_pdrop=0.3)
 
 ITEMS = [
-    Item("mingpt_attention", 3, (
+    Item("mingpt_attention", points=3, checks=(
         attention(2, 7, 16, 4, context_length=9),
         attention(3, 5, 6, 1),
         attention(2, 1, 8, 2, context_length=4),
         attention(2, 6, 12, 3, dropout=0.3),
     ), forbids=LIBRARY_ATTENTION, defines=("MultiHeadSelfAttention",)),
-    Item("block", 1, (
+    Item("block", points=1, checks=(
         block(dict(n_embd=12, n_head=3, block_size=8), 2, 6),
         block(dict(n_embd=6, n_head=1, block_size=3), 3, 1),
         block(dict(n_embd=8, n_head=2, block_size=5, attn_pdrop=0.3, resid_pdrop=0.3), 2, 5),
     ), forbids=LIBRARY_ATTENTION, defines=("Block",), builds_on=("mingpt_attention",)),
-    Item("gpt", 2, (
+    Item("gpt", points=2, checks=(
         gpt(SMALL, 2, 6),
         gpt(ONE_HEAD, 3, 5),
         gpt(DROPOUT, 2, 4),
-        LossCheck("GPT", config(**SMALL), 3, 7),
-        CachedForwardCheck("GPT", config(**SMALL), 2, 7, 3),   # the cache: positions go on after it
-        CachedForwardCheck("GPT", config(**DEEP), 3, 6, 1),
+        LossCheck("GPT", config(**SMALL), batch=3, seq=7),
+        CachedForwardCheck("GPT", config(**SMALL), batch=2, seq=7, prefix=3),   # the cache: positions go on after it
+        CachedForwardCheck("GPT", config(**DEEP), batch=3, seq=6, prefix=1),
     ), forbids=LIBRARY_ATTENTION, defines=("GPT",), builds_on=("block",)),
-    Item("generate", 2, (
-        SamplingCheck("sample_next_token", 8, temperature=0.6),
-        SamplingCheck("sample_next_token", 10, temperature=1.7, top_k=4),
-        SamplingCheck("sample_next_token", 5, temperature=0.8, top_k=2),
-        GenerateCheck("GPT", config(**SMALL), 4, 4, 8),      # grows past block_size
-        GenerateCheck("GPT", config(**ONE_HEAD), 4, 3, 8),
-        GenerateCheck("GPT", config(**DEEP), 4, 9, 4),       # the prompt alone is longer than block_size
+    Item("generate", points=2, checks=(
+        SamplingCheck("sample_next_token", vocab=8, temperature=0.6),
+        SamplingCheck("sample_next_token", vocab=10, temperature=1.7, top_k=4),
+        SamplingCheck("sample_next_token", vocab=5, temperature=0.8, top_k=2),
+        GenerateCheck("GPT", config(**SMALL), batch=4, prompt=4, max_new_tokens=8),      # grows past block_size
+        GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=3, max_new_tokens=8),
+        # the prompt alone is longer than block_size
+        GenerateCheck("GPT", config(**DEEP), batch=4, prompt=9, max_new_tokens=4),
     ), defines=("sample_next_token", "generate_tokens"), builds_on=("gpt",)),
     # Equality with the reference's tokens (made without a cache). The grader cannot tell whether the
     # cache is used at all; the visible check counts the tokens the model sees at each step.
-    Item("kv_cache", 2, (
-        GenerateCheck("GPT", config(**SMALL), 4, 3, 4, {"use_cache": True}),     # the cache fits
-        GenerateCheck("GPT", config(**ONE_HEAD), 4, 2, 10, {"use_cache": True}),  # it fills up, restarts
-        GenerateCheck("GPT", config(**DEEP), 4, 8, 8, {"use_cache": True}),      # cropped prompt, 3 blocks
+    Item("kv_cache", points=2, checks=(
+        # the cache fits
+        GenerateCheck("GPT", config(**SMALL), batch=4, prompt=3, max_new_tokens=4, call_kwargs={"use_cache": True}),
+        # it fills up, restarts
+        GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=2, max_new_tokens=10, call_kwargs={"use_cache": True}),
+        # cropped prompt, 3 blocks
+        GenerateCheck("GPT", config(**DEEP), batch=4, prompt=8, max_new_tokens=8, call_kwargs={"use_cache": True}),
     ), builds_on=("gpt", "generate")),
 ]

@@ -22,38 +22,47 @@ from transformer_lm.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, Flas
 TILED = SOFTMAX + LIBRARY_ATTENTION
 
 VALUES = (
-    TileCase(2, 2, 45, 45, 8, 5, 12, 7),                  # T a multiple of neither block
-    TileCase(1, 3, 45, 45, 16, 4, 7, 12, causal=True),    # block_q < block_k: the diagonal crosses tiles
-    TileCase(2, 1, 11, 53, 8, 8, 4, 16),                  # fewer queries than keys
-    TileCase(1, 2, 1, 9, 4, 3, 16, 16),                   # one query
+    # T a multiple of neither block
+    TileCase(batch=2, heads=2, seq_q=45, seq_k=45, dim=8, dim_v=5, block_q=12, block_k=7),
+    # block_q < block_k: the diagonal crosses tiles
+    TileCase(batch=1, heads=3, seq_q=45, seq_k=45, dim=16, dim_v=4, block_q=7, block_k=12, causal=True),
+    # fewer queries than keys
+    TileCase(batch=2, heads=1, seq_q=11, seq_k=53, dim=8, dim_v=8, block_q=4, block_k=16),
+    TileCase(batch=1, heads=2, seq_q=1, seq_k=9, dim=4, dim_v=3, block_q=16, block_k=16),                   # one query
 )
-SPREAD = TileCase(2, 1, 33, 33, 8, 6, 6, 8, causal=True, spread=True)   # rows hundreds apart: forward only
-MEMORY = TileCase(2, 2, 96, 96, 8, 6, 16, 12)   # T*T = 9216; a tile of every head 768, q 3072, the output 2304
-CAUSAL_MEMORY = TileCase(1, 3, 96, 96, 8, 8, 12, 16, causal=True)
-LARGE = TileCase(1, 1, 4096, 4096, 4, 4, 512, 1024)   # T*T = 16.8 million (64 MiB in float32); a tile 524,288
+# rows hundreds apart: forward only
+SPREAD = TileCase(batch=2, heads=1, seq_q=33, seq_k=33, dim=8, dim_v=6, block_q=6, block_k=8, causal=True, spread=True)
+# T*T = 9216; a tile of every head 768, q 3072, the output 2304
+MEMORY = TileCase(batch=2, heads=2, seq_q=96, seq_k=96, dim=8, dim_v=6, block_q=16, block_k=12)
+CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, block_q=12, block_k=16, causal=True)
+# T*T = 16.8 million (64 MiB in float32); a tile 524,288
+LARGE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=512, block_k=1024)
 
 ITEMS = [
-    Item("online_softmax", 2, (
+    Item("online_softmax", points=2, checks=(
         MergeStatsCheck("merge_stats", rows=7),
-        OnlineSoftmaxCheck("online_softmax", 4, 17, 5, spread=True),   # first: a shared maximum shows in the values
-        OnlineSoftmaxCheck("online_softmax", 5, 43, 6),
-        OnlineSoftmaxCheck("online_softmax", 2, 9, 16),                 # one block holds the whole row
+        # first: a shared maximum shows in the values
+        OnlineSoftmaxCheck("online_softmax", rows=4, n=17, block=5, spread=True),
+        OnlineSoftmaxCheck("online_softmax", rows=5, n=43, block=6),
+        OnlineSoftmaxCheck("online_softmax", rows=2, n=9, block=16),                 # one block holds the whole row
     ), forbids=SOFTMAX, defines=("merge_stats", "online_softmax")),
-    Item("flash_forward", 2, tuple(FlashForwardCheck("flash_forward", case) for case in (*VALUES, SPREAD)),
+    Item("flash_forward", points=2, checks=tuple(FlashForwardCheck("flash_forward", case) for case in (*VALUES,
+                                                                                                       SPREAD)),
          forbids=TILED, defines=("flash_forward",), builds_on=("online_softmax",)),
-    Item("flash_memory", 1, (
+    Item("flash_memory", points=1, checks=(
         FlashForwardCheck("flash_forward", MEMORY, "memory"),
         FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory"),
         FlashForwardCheck("flash_forward", LARGE, "memory"),    # a tensor of the whole matrix only at a large T
         FlashForwardCheck("flash_forward", LARGE, "outside"),   # NumPy arrays, Python lists, memory maps, processes
     ), forbids=TILED, answer="flash_forward"),
-    Item("causal_skipping", 1, (
+    Item("causal_skipping", points=1, checks=(
         CausalWorkCheck("flash_forward", CAUSAL_MEMORY),
-        CausalWorkCheck("flash_forward", TileCase(2, 1, 112, 112, 8, 8, 16, 16, causal=True)),
+        CausalWorkCheck("flash_forward", TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16,
+                                                  block_k=16, causal=True)),
     ), forbids=TILED, answer="flash_forward"),
-    Item("flash_backward", 3, tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
+    Item("flash_backward", points=3, checks=tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
-    Item("backward_memory", 1, (
+    Item("backward_memory", points=1, checks=(
         FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory"),
         FlashFunctionCheck("FlashAttention", MEMORY, "memory"),
         FlashFunctionCheck("FlashAttention", LARGE, "outside"),   # the backward, outside torch's tensors

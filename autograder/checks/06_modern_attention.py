@@ -21,37 +21,48 @@ MULTI_QUERY = (("vocab_size", 9), ("d_model", 16), ("n_layers", 1), ("n_heads", 
                ("ff_dim", 16), ("rope_base", 500.0))
 
 ITEMS = [
-    Item("apply_rope", 2, (
-        RopeCheck("apply_rope", 2, 3, 7, 8),
-        RopeCheck("apply_rope", 1, 2, 5, 16, start=11, base=500000.0),
-        RopeCheck("apply_rope", 3, 2, 6, 8, start=4, per_sequence=True),
-        RopeCheck("apply_rope", 2, 1, 1, 32, start=300),          # one token, late: a step after the cache
+    Item("apply_rope", points=2, checks=(
+        RopeCheck("apply_rope", batch=2, heads=3, seq=7, head_dim=8),
+        RopeCheck("apply_rope", batch=1, heads=2, seq=5, head_dim=16, start=11, base=500000.0),
+        RopeCheck("apply_rope", batch=3, heads=2, seq=6, head_dim=8, start=4, per_sequence=True),
+        # one token, late: a step after the cache
+        RopeCheck("apply_rope", batch=2, heads=1, seq=1, head_dim=32, start=300),
     ), defines=("apply_rope",)),
-    Item("sliding_window_mask", 1, (
-        WindowMaskCheck("sliding_window_mask", 7, 7, 2),
-        WindowMaskCheck("sliding_window_mask", 7, 7, 7),
-        WindowMaskCheck("sliding_window_mask", 3, 9, 4),          # the last 3 queries of 9 keys
-        WindowMaskCheck("sliding_window_mask", 1, 5, 2),
-        WindowMaskCheck("sliding_window_mask", 4, 4, 1),
+    Item("sliding_window_mask", points=1, checks=(
+        WindowMaskCheck("sliding_window_mask", query_len=7, key_len=7, window=2),
+        WindowMaskCheck("sliding_window_mask", query_len=7, key_len=7, window=7),
+        # the last 3 queries of 9 keys
+        WindowMaskCheck("sliding_window_mask", query_len=3, key_len=9, window=4),
+        WindowMaskCheck("sliding_window_mask", query_len=1, key_len=5, window=2),
+        WindowMaskCheck("sliding_window_mask", query_len=4, key_len=4, window=1),
     ), defines=("sliding_window_mask",)),
-    Item("grouped_query_attention", 3, (
-        GroupedQueryCheck("GroupedQueryAttention", 24, 4, 1, 2, 6, start=3),             # multi-query
-        GroupedQueryCheck("GroupedQueryAttention", 24, 6, 2, 2, 5),                      # 3 query heads per group
-        GroupedQueryCheck("GroupedQueryAttention", 12, 2, 2, 1, 7, start=5, base=100.0),  # multi-head
-        GroupedQueryCheck("GroupedQueryAttention", 16, 4, 2, 2, 9, window=4),
-        GroupedQueryCheck("GroupedQueryAttention", 16, 4, 2, 3, 1, start=8),
-        GroupedQueryCheck("GroupedQueryAttention", 24, 6, 3, 3, 6, padded=(6, 2, 4)),   # pad queries see no key
+    Item("grouped_query_attention", points=3, checks=(
+        # multi-query
+        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=4, n_kv_heads=1, batch=2, seq=6, start=3),
+        # 3 query heads per group
+        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=2, batch=2, seq=5),
+        # multi-head
+        GroupedQueryCheck("GroupedQueryAttention", d_model=12, n_heads=2, n_kv_heads=2, batch=1, seq=7, start=5,
+                          base=100.0),
+        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=9, window=4),
+        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=3, seq=1, start=8),
+        # pad queries see no key
+        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=3, batch=3, seq=6, padded=(6, 2,
+                                                                                                                4)),
     ), forbids=LIBRARY_ATTENTION, defines=("GroupedQueryAttention",),
         builds_on=("apply_rope", "sliding_window_mask")),
-    Item("padded_generation", 3, (
-        PaddingCheck("padded_positions", "padded_attention_mask", (4, 1, 6)),
-        PaddingCheck("padded_positions", "padded_attention_mask", (5, 2, 3), query_len=1),
-        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", SMALL, (5, 2, 7), 4),
-        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", MULTI_QUERY, (4, 1, 3, 6), 5),
+    Item("padded_generation", points=3, checks=(
+        PaddingCheck("padded_positions", "padded_attention_mask", lengths=(4, 1, 6)),
+        PaddingCheck("padded_positions", "padded_attention_mask", lengths=(5, 2, 3), query_len=1),
+        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", SMALL, lengths=(5, 2, 7), max_new_tokens=4),
+        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", MULTI_QUERY, lengths=(4, 1, 3, 6),
+                              max_new_tokens=5),
     ), builds_on=("grouped_query_attention",)),
-    Item("kv_cache_bytes", 1, (
-        CacheBytesCheck("kv_cache_bytes", 32, 8, 128, 8192, 1, "bfloat16"),
-        CacheBytesCheck("kv_cache_bytes", 24, 4, 64, 1000, 3, "float16"),
-        CacheBytesCheck("kv_cache_bytes", 2, 1, 16, 77, 5, "float32"),
+    Item("kv_cache_bytes", points=1, checks=(
+        CacheBytesCheck("kv_cache_bytes", n_layers=32, n_kv_heads=8, head_dim=128, seq_len=8192, batch=1,
+                        dtype="bfloat16"),
+        CacheBytesCheck("kv_cache_bytes", n_layers=24, n_kv_heads=4, head_dim=64, seq_len=1000, batch=3,
+                        dtype="float16"),
+        CacheBytesCheck("kv_cache_bytes", n_layers=2, n_kv_heads=1, head_dim=16, seq_len=77, batch=5, dtype="float32"),
     )),
 ]

@@ -1,0 +1,74 @@
+"""What a run's reply says, read as untrusted data: its exit status and how it died, the probes'
+records (loaded without pickle, within a size limit), and probe messages with every word that is
+not the course's own left out."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors.torch import load
+
+from autograder import sandbox
+from transformer_lm.sandboxed import probes
+
+if TYPE_CHECKING:
+    from autograder.runner import RunSettings
+
+MAX_RECORD_BYTES = 16 * 2**20
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+VOCABULARY = frozenset(WORD.findall(Path(probes.__file__).read_text()))
+"""The words of the probes' own messages (every word of their module)."""
+
+
+def public_text(message: str, calls: dict) -> str:
+    """A probe's message with every word that is neither the probes' own nor a name of the plan's
+    calls (the objects they call, the parameters they load) left out: a student's class or
+    parameter can be given any name at run time, and a name could carry a hidden input out."""
+    names = {str(name) for call in calls.values() for name in (*call["objects"].values(), *call["tensor_keys"])}
+    names |= {piece for name in list(names) for piece in (name.split("/")[-1], *name.replace("/", ".").split("."))}
+    return WORD.sub(lambda m: m.group(0) if m.group(0) in VOCABULARY or m.group(0) in names else "…", message)
+
+
+def load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
+    """Loads a probe record without pickle, refusing oversized or non-float data."""
+    if not data:
+        return None, "the probe said it saved a record, but there is none"
+    if len(data) > MAX_RECORD_BYTES:
+        return None, "the output is far larger than the task asks for"
+    try:
+        record = load(data)
+    except Exception as error:  # noqa: BLE001 - a damaged file is a result
+        return None, f"the record could not be read ({type(error).__name__})"
+    return record, ""
+
+
+def death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
+    """The status and words for a run that did not finish."""
+    if watchdog_fired or reply.timed_out:
+        return "timeout", (f"It ran for more than {settings.cell_seconds:.0f} s and was stopped "
+                           "(an endless loop, or far too slow).")
+    if (reply.text or "").split()[2:] == ["memory"]:
+        return "killed", (f"Its processes held more than {settings.memory_bytes / 2**30:g} GiB of memory together, "
+                          "and it was stopped.")
+    code = exit_code(reply)
+    if code is None:
+        return "killed", "The process was killed, and the grading process with it."
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        why = {"SIGSEGV": "a segmentation fault", "SIGKILL": "out of memory or killed",
+               "SIGABRT": "an abort"}.get(name, f"signal {name}")
+        return "killed", f"The process was killed ({why})."
+    return "error", f"The process exited (code {code}) before finishing, e.g. by os._exit or sys.exit."
+
+
+def exit_code(reply: sandbox.Reply) -> int | None:
+    """The run's exit code (negative: the signal that ended it), from the harness's answer."""
+    try:
+        return os.waitstatus_to_exitcode(int((reply.text or "").split()[0]))
+    except (ValueError, IndexError):
+        return None
