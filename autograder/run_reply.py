@@ -8,16 +8,12 @@ import os
 import re
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load
 
 from autograder import sandbox
 from transformer_lm.sandboxed import probes
-
-if TYPE_CHECKING:
-    from autograder.runner import RunSettings
 
 MAX_RECORD_BYTES = 16 * 2**20
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -47,13 +43,14 @@ def load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     return record, ""
 
 
-def death(reply: sandbox.Reply, watchdog_fired: bool, settings: RunSettings) -> tuple[str, str]:
-    """The status and words for a run that did not finish."""
+def death(reply: sandbox.Reply, watchdog_fired: bool, cell_seconds: float, memory_bytes: int) -> tuple[str, str]:
+    """The status and words for a run that did not finish, under its limits of time (a cell's) and
+    memory (all its processes')."""
     if watchdog_fired or reply.timed_out:
-        return "timeout", (f"It ran for more than {settings.cell_seconds:.0f} s and was stopped "
+        return "timeout", (f"It ran for more than {cell_seconds:.0f} s and was stopped "
                            "(an endless loop, or far too slow).")
     if (reply.text or "").split()[2:] == ["memory"]:
-        return "killed", (f"Its processes held more than {settings.memory_bytes / 2**30:g} GiB of memory together, "
+        return "killed", (f"Its processes held more than {memory_bytes / 2**30:g} GiB of memory together, "
                           "and it was stopped.")
     code = exit_code(reply)
     if code is None:

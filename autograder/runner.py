@@ -290,7 +290,8 @@ class _Attempts:
             self.result.tampering.append(why)
             status, message = "tampered", f"The grader stopped the run: {why}."
         else:
-            status, message = death(reply, bool(fired), self.worker.settings)
+            limits = self.worker.settings
+            status, message = death(reply, bool(fired), limits.cell_seconds, limits.memory_bytes)
         return self._blame(reading.last_step, status, message)
 
     def stages(self) -> dict:
