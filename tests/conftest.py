@@ -102,7 +102,9 @@ def image_folder(config) -> Path:
 
 
 def pytest_collection_finish(session):
-    """A run that holds the container test starts building its image now, so that the build's
-    waits (the network, the disk) pass while other tests run."""
-    if not session.config.option.collectonly and any(item.path.name == "test_container.py" for item in session.items):
+    """A run that holds a test of the TA image (test_container.py's ``image`` fixture) starts
+    building the image now, so that the build's waits (the network, the disk) pass while other
+    tests run."""
+    if not session.config.option.collectonly and any("image" in getattr(item, "fixturenames", ())
+                                                     for item in session.items):
         container_tools.start_build(image_folder(session.config))

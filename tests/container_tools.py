@@ -122,17 +122,31 @@ def start_build(folder: Path) -> bool:
     except FileExistsError:
         return True
     log = open(folder / "build.log", "wb")
-    subprocess.Popen([sys.executable, __file__, "build", str(folder)], stdout=log, stderr=subprocess.STDOUT,
-                     stdin=subprocess.DEVNULL, start_new_session=True)
+    build = subprocess.Popen([sys.executable, __file__, "build", str(folder)], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    (folder / "pid").write_text(str(build.pid))
     return True
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet waited for, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def built_image(folder: Path, timeout: float = 1500) -> str:
-    """The image that :func:`start_build` is making in ``folder``, once it is made."""
+    """The image that :func:`start_build` is making in ``folder``, once it is made; an error with
+    the end of the build's log if the build ended without saying how it went."""
     result, deadline = folder / BUILD_RESULT, time.monotonic() + timeout
     while not result.exists():
         if time.monotonic() > deadline:
             raise AssertionError(f"The image was not built in {timeout:.0f} s; its log: {folder / 'build.log'}")
+        pid = folder / "pid"
+        if pid.exists() and not running(int(pid.read_text())) and not result.exists():
+            log = (folder / "build.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"The image build ended without a result; the end of its log:\n{log}")
         time.sleep(2)
     outcome = json.loads(result.read_text())
     if outcome["error"]:

@@ -37,6 +37,19 @@ def test_the_container_runs_as_a_user_and_enters_the_autograder():
     assert any("useradd" in run and "--uid 1000" in run for run in instructions("RUN"))
 
 
+def test_a_build_that_died_without_a_result_is_reported_with_its_log(tmp_path):
+    """The container test waits for the background build; a build that was killed says so at once,
+    with the end of its log, instead of leaving the test to wait out its time."""
+    dead = subprocess.Popen([sys.executable, "-c", "print('pip: no space left on device')"],
+                            stdout=open(tmp_path / "build.log", "wb"))
+    dead.wait()
+    (tmp_path / "pid").write_text(str(dead.pid))
+    with pytest.raises(AssertionError, match="ended without a result(.|\n)*no space left on device"):
+        container_tools.built_image(tmp_path, timeout=60)
+    (tmp_path / container_tools.BUILD_RESULT).write_text('{"image": "localhost/x:test", "error": ""}')
+    assert container_tools.built_image(tmp_path) == "localhost/x:test"
+
+
 @pytest.fixture(scope="module")
 def image(request):
     """The TA's image, built once per test run, in the background since the tests were collected
