@@ -168,11 +168,17 @@ def _sandbox_pidfd(info_r: int) -> int | None:
         return None  # bwrap failed before starting the sandbox; its message is in the output
 
 
+def poller(*fds: int) -> select.poll:
+    """A poll object that waits for input on ``fds``."""
+    polled = select.poll()
+    for fd in fds:
+        polled.register(fd, select.POLLIN)
+    return polled
+
+
 def wait_readable(fd: int, seconds: float) -> bool:
     """Wait until ``fd`` is readable (or closed) for at most ``seconds``."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0, int(seconds * 1000))))
+    return bool(poller(fd).poll(max(0, int(seconds * 1000))))
 
 
 def kill_group(proc: subprocess.Popen) -> None:

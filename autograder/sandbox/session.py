@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from autograder.sandbox.confine import Isolation, Limits
-from autograder.sandbox.process import POLL_SECONDS, READ_CHUNK, keep_what_fits, launch, teardown, wait_readable
-
-
-def _poller(*fds: int) -> select.poll:
-    """A poll object that waits for input on ``fds``."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    return poller
+from autograder.sandbox.process import (POLL_SECONDS, READ_CHUNK, keep_what_fits, launch, poller, teardown,
+                                        wait_readable)
 
 
 @dataclass
@@ -102,18 +94,18 @@ class Session:
             return reply()
         next_watch = time.monotonic()
         deadline = next_watch + seconds
-        poller = _poller(started.out_r, started.replies)
+        polled = poller(started.out_r, started.replies)
         while (now := time.monotonic()) < deadline:
             if watch is not None and now >= next_watch:
                 next_watch = now + POLL_SECONDS
                 reason = watch(self.read)
                 if reason is not None:
                     return reply(stopped=reason)
-            for fd, _ in poller.poll(max(0, int(min(deadline - now, POLL_SECONDS) * 1000))):
+            for fd, _ in polled.poll(max(0, int(min(deadline - now, POLL_SECONDS) * 1000))):
                 chunk = os.read(fd, READ_CHUNK)
                 if fd == started.out_r:
                     if not chunk:
-                        poller.unregister(fd)
+                        polled.unregister(fd)
                     truncated = keep_what_fits(kept, chunk, self.limits.output_bytes) or truncated
                     continue
                 if not chunk:
