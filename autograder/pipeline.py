@@ -17,13 +17,13 @@ from pathlib import Path
 from autograder import feedback, record, sandbox
 from autograder.assignment import Assignment
 from autograder.cells import answer_cells
-from autograder.course import checks_version, Course
+from autograder.course import Course, checks_version
 from autograder.errors import GradingError
 from autograder.faults import log_fault
 from autograder.grading import grade_class
 from autograder.preflight import Preflight
 from autograder.regrade import Regrade, compare, out_of_date, write_changes_csv
-from autograder.results import load_results, SubmissionResult, write_report
+from autograder.results import SubmissionResult, load_results, write_report
 
 
 @dataclass

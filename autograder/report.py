@@ -30,7 +30,7 @@ from autograder.errors import GradingError
 from autograder.feedback import PAGES
 from autograder.guide import write_guide
 from autograder.record import Marking, item_message, markings, stale_feedback
-from autograder.results import load_results, NOT_WRITTEN, STATUSES, SubmissionResult
+from autograder.results import NOT_WRITTEN, STATUSES, SubmissionResult, load_results
 from autograder.sanitize import spreadsheet_safe
 from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE
 from autograder.similarity_report import write_similarity

@@ -121,9 +121,9 @@ def start_build(folder: Path) -> bool:
         folder.mkdir(parents=True)
     except FileExistsError:
         return True
-    log = open(folder / "build.log", "wb")
-    build = subprocess.Popen([sys.executable, __file__, "build", str(folder)], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(folder / "build.log", "wb") as log:  # the build holds its own copy
+        build = subprocess.Popen([sys.executable, __file__, "build", str(folder)], stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     (folder / "pid").write_text(str(build.pid))
     return True
 

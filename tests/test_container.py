@@ -40,8 +40,8 @@ def test_the_container_runs_as_a_user_and_enters_the_autograder():
 def test_a_build_that_died_without_a_result_is_reported_with_its_log(tmp_path):
     """The container test waits for the background build; a build that was killed says so at once,
     with the end of its log, instead of leaving the test to wait out its time."""
-    dead = subprocess.Popen([sys.executable, "-c", "print('pip: no space left on device')"],
-                            stdout=open(tmp_path / "build.log", "wb"))
+    with open(tmp_path / "build.log", "wb") as log:
+        dead = subprocess.Popen([sys.executable, "-c", "print('pip: no space left on device')"], stdout=log)
     dead.wait()
     (tmp_path / "pid").write_text(str(dead.pid))
     with pytest.raises(AssertionError, match="ended without a result(.|\n)*no space left on device"):

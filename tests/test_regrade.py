@@ -20,7 +20,7 @@ import pytest
 import notebook_tools as tools
 from autograder import demo, sandbox
 from autograder.cli import main
-from autograder.course import checks_version, Course
+from autograder.course import Course, checks_version
 from autograder.regrade import compare
 from autograder.results import ItemResult, SubmissionResult
 
