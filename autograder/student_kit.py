@@ -32,7 +32,7 @@ from autograder.errors import GradingError
 
 PACKAGE = "transformer_lm"
 STUDENT_FILES = (
-    "__init__.py", "catalog.py", "checks.py", "judging.py", "prepared.py", "stored.py", "gpt_judges.py",
+    "__init__.py", "catalog.py", "flaws.py", "checks.py", "judging.py", "prepared.py", "stored.py", "gpt_judges.py",
     "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "style.py", "measure.py",
     "grader_check.py", "random_weights.py", "data/visible_checks.safetensors",
     "sandboxed/__init__.py", "sandboxed/probes.py", "sandboxed/test_values.py", "sandboxed/viz.py",

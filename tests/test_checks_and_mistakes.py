@@ -12,6 +12,7 @@ from float_tolerance import ACROSS_MACHINES, PUBLIC_VALUES, assert_same
 from live_checks import check_here
 from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference, visible_checks
 from transformer_lm.cases import AttentionCase, make_case_tensors
+from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws
 from transformer_lm.gpt_kinds import sampling_check
 from transformer_lm.kinds import AttentionCheck
 
@@ -22,7 +23,7 @@ REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=T
 class Flawed(nn.Module):
     """A student-like multi-head attention with A02's API whose forward has one mistake."""
 
-    flaws = catalog.Flaws()
+    flaws = Flaws()
 
     def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0.0):
         super().__init__()
@@ -52,7 +53,7 @@ def test_no_flaws_is_exactly_the_reference():
 
 def test_correct_answer_passes():
     verdict = check_here(AttentionCheck("Flawed", adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING),
-                         {"Flawed": with_flaws(catalog.Flaws())})
+                         {"Flawed": with_flaws(Flaws())})
     assert verdict.passed
 
 
@@ -131,7 +132,7 @@ def test_probe_messages_name_no_type_or_exception_the_students_code_chose():
 def test_seed_000_fingerprint_from_the_reference_and_its_diagnostics():
     attention = reference.MultiHeadSelfAttention(visible_checks.SEED_000_CONFIG)
     assert checks.mingpt_fingerprint(attention) == [161, 13, 294, 0, 37187, 432]
-    assert visible_checks.flawed_fingerprint(catalog.Flaws()) == [161, 13, 294, 0, 37187, 432]
+    assert visible_checks.flawed_fingerprint(Flaws()) == [161, 13, 294, 0, 37187, 432]
     assert visible_checks.flawed_fingerprint(catalog.BY_NAME["no_scaling"].flaws) == [1, 0, 2, 0, 38787, 432]
     assert checks.diagnose_fingerprint([161, 13, 294, 0, 37187, 432]).passed
     assert checks.diagnose_fingerprint([1, 0, 2, 0, 38787, 432]).mistake.name == "no_scaling"
@@ -182,12 +183,12 @@ def test_test_values_have_seed_003_names_and_shapes():
 def test_generation_twins_with_no_flaws_are_the_reference():
     logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(0))
     for temperature, top_k in ((1.0, None), (0.7, 3)):
-        assert_same(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, catalog.GenerationFlaws()),
+        assert_same(mistakes.flawed_sampling_probabilities(logits, temperature, top_k, GenerationFlaws()),
                     reference.sampling_probabilities(logits, temperature, top_k))
     model = reference.GPT(reference.GPTConfig(vocab_size=9, block_size=5, n_layer=2, n_head=2, n_embd=8)).eval()
     idx = torch.randint(9, (2, 3), generator=torch.Generator().manual_seed(1))
     for use_cache in (False, True):
-        assert torch.equal(mistakes.flawed_greedy_tokens(model, idx, 6, use_cache, catalog.GenerationFlaws()),
+        assert torch.equal(mistakes.flawed_greedy_tokens(model, idx, 6, use_cache, GenerationFlaws()),
                            model.generate(idx, 6, top_k=1, use_cache=use_cache))
 
 
@@ -252,7 +253,7 @@ def test_in_a_kernel_a_failed_check_is_one_message_and_forbidden_calls_are_found
 def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_what_it_concerns():
     """Assignment 06's catalogue: every twin with no flaw is the reference, and every catalogued
     mistake changes the output of the piece it concerns (on inputs that can show it)."""
-    none = catalog.DecoderFlaws()
+    none = DecoderFlaws()
     x, positions = torch.randn(2, 4, 7, 8, dtype=torch.float64), torch.stack([torch.arange(7), torch.arange(3, 10)])
     torch.testing.assert_close(mistakes.flawed_apply_rope(x, positions, 100.0, none), reference.apply_rope(x, positions, 100.0))
     kv = torch.randn(2, 2, 5, 4)

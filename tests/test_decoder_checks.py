@@ -7,19 +7,20 @@ import torch
 
 from live_checks import visible
 from transformer_lm import catalog, checks, mistakes, reference
+from transformer_lm.flaws import DecoderFlaws
 from transformer_lm.judging import CheckFailed
 
 
 class GroupedQueryAttention(reference.GroupedQueryAttention):
     """The reference in the notebook's API, with ``flaws`` in its forward when a test gives some."""
 
-    flaws = catalog.DecoderFlaws()
+    flaws = DecoderFlaws()
 
     def __init__(self, d_model, n_heads, n_kv_heads, rope_base=10000.0, window=None):
         super().__init__(d_model, n_heads, n_kv_heads, rope_base=rope_base, window=window)
 
     def forward(self, x, positions, attn_mask=None, cache=None):
-        if self.flaws == catalog.DecoderFlaws():
+        if self.flaws == DecoderFlaws():
             return super().forward(x, positions, attn_mask, cache)
         if attn_mask is None:
             attn_mask = mistakes.flawed_sliding_window_mask(x.shape[-2], x.shape[-2], self.window, self.flaws) \

@@ -35,10 +35,10 @@ import torch
 
 from transformer_lm import adapters
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import AttentionCheck, FunctionCheck
+from transformer_lm.kinds import AttentionCheck, CallCheck
 
-NOBODY_PASSES = (FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1) + 1,
-                               lambda g: {"x": torch.randn(4, 9, generator=g)}),)
+NOBODY_PASSES = (CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1) + 1,
+                           lambda g: {"x": torch.randn(4, 9, generator=g)}),)
 ONE_TOKEN = (AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
                             AttentionCase(batch=2, seq=1, d_in=3, d_out=2, causal=True, bias=True)),)
 CHANGED = {"softmax_stable": NOBODY_PASSES, "causal_attention": ONE_TOKEN}

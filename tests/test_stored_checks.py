@@ -8,8 +8,8 @@ import torch
 from transformer_lm import catalog, mistakes, reference, stored
 from transformer_lm.adapters import SELF_ATTENTION_V1
 from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import (AttentionCheck, FactoryCheck, ParametersCheck, RaisesCheck,
-                                  attention_function_candidates, function_check)
+from transformer_lm.kinds import AttentionCheck, FactoryCheck, ParametersCheck, RaisesCheck, function_check
+from transformer_lm.mistakes import ATTENTION_FUNCTION_MISTAKES
 
 
 def attention(q, k, v, mask=None):
@@ -62,7 +62,7 @@ def test_a_stored_check_judges_as_the_prepared_one(tmp_path):
     inputs = {"q": torch.randn(2, 4, 3, generator=generator), "k": torch.randn(2, 5, 3, generator=generator),
               "v": torch.randn(2, 5, 6, generator=generator)}
     checks = {"attention": function_check("attention", attention, inputs, torch.randn(2, 4, 6, generator=generator),
-                                          attention_function_candidates(inputs)),
+                                          ATTENTION_FUNCTION_MISTAKES.records(*inputs.values())),
               "self_attention_v1": AttentionCheck("SelfAttention_v1", SELF_ATTENTION_V1,
                                                   AttentionCase(batch=None, seq=4, d_in=3, d_out=2,
                                                                 bias=False)).prepare(generator),

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from live_checks import visible
-from transformer_lm import catalog, checks, mistakes, reference
+from transformer_lm import catalog, mistakes, reference
+from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
 
-NONE = catalog.TilingFlaws()
+NONE = TilingFlaws()
 
 
 def flawed_forward(flaws):

@@ -1,6 +1,6 @@
 """Kinds of check: each one says what to call, what the reference gives, and how to judge.
 
-A kind (:class:`AttentionCheck`, :class:`FunctionCheck`, ... below) names the student object it
+A kind (:class:`AttentionCheck`, :class:`CallCheck`, ... below) names the student object it
 probes and the sizes to test. Its :meth:`prepare` turns a random generator into a
 :class:`~transformer_lm.prepared.Prepared` check: the :class:`~transformer_lm.prepared.ProbeCall` to make (a function of
 :mod:`transformer_lm.sandboxed.probes`, the student objects by name, arguments and tensors) and the
@@ -24,9 +24,10 @@ import torch
 from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors
-from transformer_lm.random_weights import randomize
 from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict
+from transformer_lm.mistake_family import MistakeFamily
 from transformer_lm.prepared import Prepared, ProbeCall
+from transformer_lm.random_weights import randomize
 from transformer_lm.reference import AttentionWeights
 from transformer_lm.sandboxed import probes
 
@@ -110,35 +111,6 @@ def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: 
         output.backward(grad_output)
         expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
     return expected
-
-
-def attention_function_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
-    """Each revealable mistake's output for an attention *function* called on ``inputs``
-    (``q, k, v`` and an optional mask, in that order)."""
-    q, k, v, *rest = inputs.values()
-    mask = rest[0] if rest else None
-    features = {"mask"} if mask is not None and mask.dtype == torch.bool else set()
-    candidates = {}
-    for mistake in catalog.revealed_by(features):
-        with torch.no_grad():
-            candidates[mistake] = {"output": mistakes.flawed_attention(q, k, v, mask, mistake.flaws)[0]}
-    return candidates
-
-
-def softmax_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
-    """The catalogued mistake of a softmax function of one tensor: normalising over the first
-    dimension instead of the last."""
-    x = next(iter(inputs.values()))
-    return {catalog.BY_NAME["softmax_wrong_dim"]: {"output": torch.softmax(x, dim=0)}}
-
-
-def context_vector_candidates(inputs: dict[str, torch.Tensor]) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
-    """The catalogued mistake of weightless attention ``softmax(x @ x.T) @ x`` (no scaling): the
-    softmax over the queries instead of the keys."""
-    x = next(iter(inputs.values()))
-    with torch.no_grad():
-        output, _ = mistakes.flawed_attention(x, x, x, None, catalog.Flaws(scale="none", softmax_dim=0))
-    return {catalog.BY_NAME["softmax_wrong_dim"]: {"output": output}}
 
 
 def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
@@ -249,31 +221,32 @@ class AttentionCheck:
 
 
 @dataclass(frozen=True)
-class FunctionCheck:
-    """Calls the student's function on inputs drawn by ``make_inputs`` and compares the
-    result (and, with ``grad``, the gradients of the inputs) with ``expected``.
-    ``candidates(inputs)`` gives mistakes' records to name (e.g.
-    :func:`attention_function_candidates`)."""
+class CallCheck:
+    """Calls the student's function ``object`` on inputs drawn by ``inputs(generator)`` and
+    compares the result (and, with ``grad``, the gradients of the floating-point inputs) with
+    ``reference(*inputs)``. A new concept configures it: its reference function, and its
+    :class:`~transformer_lm.mistake_family.MistakeFamily` as ``mistakes``, whose twins take the
+    same inputs, so that a failing answer's mistake is named."""
 
     object: str
-    expected: Callable[..., torch.Tensor]
-    make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    reference: Callable[..., torch.Tensor]
+    inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
     _: KW_ONLY
     grad: bool = True
-    candidates: Callable[[dict], dict] | None = None
+    mistakes: MistakeFamily | None = None
 
     def prepare(self, generator: torch.Generator) -> Prepared:
-        inputs = self.make_inputs(generator)
-        output = self.expected(*inputs.values())
+        inputs = self.inputs(generator)
+        output = self.reference(*inputs.values())
         grad_output = torch.randn(output.shape, generator=generator) if self.grad else None
-        candidates = self.candidates(inputs) if self.candidates else None
-        return function_check(self.object, self.expected, inputs, grad_output, candidates)
+        candidates = self.mistakes.records(*inputs.values()) if self.mistakes else None
+        return function_check(self.object, self.reference, inputs, grad_output, candidates)
 
 
 def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
                    candidates: dict | None = None, call_kwargs: dict | None = None) -> Prepared:
     """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
-    against ``expected_fn``: what :class:`FunctionCheck` prepares once it has drawn them. The
+    against ``expected_fn``: what :class:`CallCheck` prepares once it has drawn them. The
     student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold."""
     expected = function_records(expected_fn, inputs, grad_output)
     call = ProbeCall.of(probes.probe_function, {"fn": name},
@@ -371,18 +344,23 @@ class DecoderLoadCheck:
 
 @dataclass(frozen=True)
 class ModuleCheck:
-    """Loads a randomized reference module's weights into the student's class (same
-    parameter names) and compares the output and every gradient."""
+    """Loads a randomized reference module's weights into the student's class (same parameter
+    names), built with ``init``, and compares the output and every gradient on inputs drawn by
+    ``inputs(generator)``. A new concept configures it with a factory of its reference module and,
+    as ``mistakes``, a :class:`~transformer_lm.mistake_family.MistakeFamily` whose twins take the
+    reference module and the inputs."""
 
     object: str
     init: dict
     reference: Callable[[], torch.nn.Module]
-    make_inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    _: KW_ONLY
+    mistakes: MistakeFamily | None = None
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         module = randomize(self.reference(), generator)
-        arguments, expected = module_case(module, self.make_inputs(generator), generator)
+        inputs = self.inputs(generator)
+        arguments, expected = module_case(module, inputs, generator)
+        candidates = self.mistakes.records(module, *inputs.values()) if self.mistakes else None
         return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": self.init, **arguments}),
-                        RecordJudge(expected))
-
-
+                        RecordJudge(expected, candidates))

@@ -19,13 +19,15 @@ Two users:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from transformer_lm import reference
-from transformer_lm.catalog import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
+from transformer_lm import catalog, reference
+from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
+from transformer_lm.mistake_family import MistakeFamily
 
 
 def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None):
@@ -50,6 +52,26 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
     if flaws.dropout_in_eval:
         weights = F.dropout(weights, p=flaws.dropout_in_eval, training=True)
     return weights @ v, weights
+
+
+def _attention_function_twin(mistake, q, k, v, attn_mask=None):
+    """What ``mistake`` gives for an attention *function* of ``q, k, v`` and an optional mask;
+    ``None`` where the call cannot reveal it (a mask mistake, without a boolean mask)."""
+    features = {"mask"} if attn_mask is not None and attn_mask.dtype == torch.bool else set()
+    return flawed_attention(q, k, v, attn_mask, mistake.flaws)[0] if mistake.visible_in(features) else None
+
+
+ATTENTION_FUNCTION_MISTAKES = MistakeFamily({mistake: functools.partial(_attention_function_twin, mistake)
+                                             for mistake in catalog.revealed_by({"mask"})})
+"""The catalogued mistakes an attention function of ``(q, k, v[, mask])`` can make."""
+
+SOFTMAX_MISTAKES = MistakeFamily({catalog.BY_NAME["softmax_wrong_dim"]: lambda x: torch.softmax(x, dim=0)})
+"""A softmax function of one tensor normalised over the first dimension instead of the last."""
+
+CONTEXT_VECTOR_MISTAKES = MistakeFamily({
+    catalog.BY_NAME["softmax_wrong_dim"]: lambda x: flawed_attention(x, x, x, None, Flaws(scale="none",
+                                                                                          softmax_dim=0))[0]})
+"""Weightless attention ``softmax(x @ x.T) @ x`` (no scaling), its softmax over the queries."""
 
 
 def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_heads: int, flaws: Flaws = Flaws(),

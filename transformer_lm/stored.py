@@ -8,7 +8,8 @@ alone, naming a mistake by its record, as the original homework's ``test_values`
 
 One safetensors file holds it all: every tensor under the path of where it sits in the stored data
 (``<check>/judge/expected/output``, say), and, in the file's metadata, the rest as JSON in which a
-tensor is ``{"__tensor__": path}``, a mistake of the catalogue ``{"__mistake__": name}``, a probe
+tensor is ``{"__tensor__": path}``, a mistake of the catalogue ``{"__mistake__": name}`` (with its
+``"title"`` and ``"hint"`` where students' catalogue lacks it: a concept's own mistake), a probe
 ``{"__probe__": name}``, a tuple ``{"__tuple__": [...]}``, a dict with keys that are not strings
 ``{"__pairs__": [[key, value], ...]}`` and a dataclass ``{"__dataclass__": name, "fields": {...}}``.
 Only the dataclasses of :data:`DATACLASSES` are stored, and loading builds nothing else: a stored
@@ -35,6 +36,10 @@ DATACLASSES = {cls.__name__: cls for cls in (
 """What a stored file may build: the prepared check, its call, the judges (data with no code of the
 reference) and the sizes they hold."""
 
+STUDENTS_CATALOGUE = frozenset(mistake.name for mistake in catalog.CATALOG)
+"""The mistakes students' copy of :mod:`transformer_lm.catalog` names; a stored check names any other
+(one a concept's :class:`~transformer_lm.mistake_family.MistakeFamily` registered) with its title and hint."""
+
 TENSOR, MISTAKE, PROBE, TUPLE, PAIRS, DATACLASS = ("__tensor__", "__mistake__", "__probe__", "__tuple__",
                                                    "__pairs__", "__dataclass__")
 
@@ -45,7 +50,8 @@ def _encode(value, path: str, tensors: dict[str, torch.Tensor]):
         tensors[path] = value.detach().clone().contiguous()
         return {TENSOR: path}
     if isinstance(value, catalog.Mistake):
-        return {MISTAKE: value.name}
+        known = value.name in STUDENTS_CATALOGUE
+        return {MISTAKE: value.name} if known else {MISTAKE: value.name, "title": value.title, "hint": value.hint}
     if callable(value) and probes.PROBES.get(getattr(value, "__name__", None)) is value:
         return {PROBE: value.__name__}
     if is_dataclass(value) and not isinstance(value, type):
@@ -76,7 +82,8 @@ def _decode(value, tensors: dict[str, torch.Tensor]):
     if TENSOR in value:
         return tensors[value[TENSOR]]
     if MISTAKE in value:
-        return catalog.BY_NAME[value[MISTAKE]]
+        known = catalog.BY_NAME.get(value[MISTAKE])
+        return known or catalog.Mistake(value[MISTAKE], value["title"], value["hint"])
     if PROBE in value:
         return probes.PROBES[value[PROBE]]
     if TUPLE in value:

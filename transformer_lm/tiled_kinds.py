@@ -15,6 +15,7 @@ import torch
 
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
+from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
@@ -121,7 +122,7 @@ class FlashForwardCheck:
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object}, arguments), judge_forward)
 
 
-def tile_share(case: TileCase, flaws: catalog.TilingFlaws = catalog.TilingFlaws()) -> float:
+def tile_share(case: TileCase, flaws: TilingFlaws = TilingFlaws()) -> float:
     """The share of the score tiles' numbers that a causal call computes when it visits the key
     blocks that :func:`transformer_lm.mistakes.flawed_key_blocks` gives (the reference's without
     flaws), against a call without the mask."""

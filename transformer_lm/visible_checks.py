@@ -17,9 +17,10 @@ from transformer_lm.adapters import AttentionAPI
 from transformer_lm.cases import AttentionCase, BlockCase
 from transformer_lm.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck, PaddingCheck,
                                           RopeCheck, WindowMaskCheck)
+from transformer_lm.flaws import Flaws
 from transformer_lm.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
 from transformer_lm.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck, ParametersCheck,
-                                  TransferCheck, attention_function_candidates, function_check)
+                                  TransferCheck, function_check)
 from transformer_lm.prepared import Prepared
 from transformer_lm.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
                                         OnlineSoftmaxCheck, TileCase)
@@ -153,7 +154,8 @@ def _pytorch_attention() -> dict[str, list[Entry]]:
         inputs = {"q": q, "k": k, "v": v} if mask is None else {"q": q, "k": k, "v": v, "attn_mask": mask}
         functions.append(entry("my_attention", function_check("my_attention", expected, inputs,
                                                               torch.randn(2, 5, 3, generator=generator),
-                                                              attention_function_candidates(inputs)),
+                                                              mistakes.ATTENTION_FUNCTION_MISTAKES.records(
+                                                                  *inputs.values())),
                                f"my_attention on 5 queries over 7 keys in a batch of 2, mask: {kind}"))
     layers = []
     for norm_first, dropout in ((False, 0.0), (True, 0.0), (True, 0.3)):
@@ -308,7 +310,7 @@ def _modern_attention() -> dict[str, list[Entry]]:
 SEED_000_CONFIG = reference.GPTConfig(vocab_size=11, block_size=5, n_head=4, n_embd=12)
 
 
-def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
+def flawed_fingerprint(flaws: Flaws) -> list[int]:
     """The fingerprint of the original minGPT exercise (every parameter 0.1, its 5-token input,
     ``y.sum()`` backpropagated) that attention with ``flaws`` gives."""
     width = SEED_000_CONFIG.n_embd
@@ -326,7 +328,7 @@ def flawed_fingerprint(flaws: catalog.Flaws) -> list[int]:
 def fingerprints() -> dict:
     """The exercise's fingerprint, and each mistake's that minGPT's attention can make and that
     changes it (at weights of 0.1 everywhere, some do not)."""
-    expected = flawed_fingerprint(catalog.Flaws())
+    expected = flawed_fingerprint(Flaws())
     made = {mistake: flawed_fingerprint(mistake.flaws) for mistake in catalog.revealed_by({"heads", "causal",
                                                                                           "projection"})}
     mistakes = {m: fingerprint for m, fingerprint in made.items() if fingerprint != expected}

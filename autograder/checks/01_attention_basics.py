@@ -9,17 +9,16 @@ import torch
 
 from autograder.spec import Item
 from transformer_lm import adapters
+from transformer_lm.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
 from transformer_lm.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.judging import Verdict
 from transformer_lm.kinds import (
     AttentionCheck,
+    CallCheck,
     FactoryCheck,
-    FunctionCheck,
     RaisesCheck,
     TransferCheck,
-    context_vector_candidates,
-    softmax_candidates,
 )
 
 
@@ -40,19 +39,19 @@ def two_dimensional(record) -> Verdict:
 
 ITEMS = [
     Item("softmax_stable", points=1, checks=(
-        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                      lambda g: scores_vectors(g, 4, 9), candidates=softmax_candidates),
-        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                      lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False,  # naive exp overflows here
-                      candidates=softmax_candidates),
-        FunctionCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                      lambda g: {"x": torch.randn(7, generator=g)}),
+        CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                  lambda g: scores_vectors(g, 4, 9), mistakes=SOFTMAX_MISTAKES),
+        CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                  lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False,  # naive exp overflows here
+                  mistakes=SOFTMAX_MISTAKES),
+        CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                  lambda g: {"x": torch.randn(7, generator=g)}),
     ), forbids=SOFTMAX),
     Item("context_vectors", points=1, checks=(
-        FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
-                      lambda g: scores_vectors(g, 8, 5), candidates=context_vector_candidates),
-        FunctionCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
-                      lambda g: scores_vectors(g, 1, 4)),
+        CallCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
+                  lambda g: scores_vectors(g, 8, 5), mistakes=CONTEXT_VECTOR_MISTAKES),
+        CallCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
+                  lambda g: scores_vectors(g, 1, 4)),
     ), forbids=LIBRARY_ATTENTION),
     Item("self_attention_v1", points=1, checks=(
         AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=7, d_in=5,

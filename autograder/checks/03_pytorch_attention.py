@@ -15,11 +15,11 @@ from transformer_lm.cases import AttentionCase, BlockCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 from transformer_lm.kinds import (
     AttentionCheck,
+    CallCheck,
     DecoderLoadCheck,
-    FunctionCheck,
     MultiheadLoadCheck,
-    attention_function_candidates,
 )
+from transformer_lm.mistakes import ATTENTION_FUNCTION_MISTAKES
 
 
 def reference_attention(q, k, v, attn_mask=None):
@@ -27,7 +27,7 @@ def reference_attention(q, k, v, attn_mask=None):
 
 
 def attention_inputs(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
-    """``make_inputs`` for :class:`FunctionCheck`: q, k, v with leading dims ``lead`` and, with
+    """``inputs`` for :class:`CallCheck`: q, k, v with leading dims ``lead`` and, with
     ``mask`` "bool" or "float", a mask of shape ``(*mask_lead, len_q, len_k)`` that keeps at
     least one key for every query (the float one also carries finite biases)."""
     def make(generator):
@@ -48,9 +48,8 @@ def attention_inputs(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
 
 
 def attention_function(lead, len_q, len_k, d, d_v, mask=None, mask_lead=()):
-    return FunctionCheck("my_attention", reference_attention,
-                         attention_inputs(lead, len_q, len_k, d, d_v, mask, mask_lead),
-                         candidates=attention_function_candidates)
+    return CallCheck("my_attention", reference_attention, attention_inputs(lead, len_q, len_k, d, d_v, mask, mask_lead),
+                     mistakes=ATTENTION_FUNCTION_MISTAKES)
 
 
 def head(batch, seq, model_dim, qk_dim, mask=None):
