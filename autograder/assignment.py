@@ -106,5 +106,5 @@ def _course_code(course: Course, assignment: str, late: dict[str, list[str]], de
             if isinstance(target, ast.Name)}
     if defines - top:
         raise GradingError(f"{path} does not define {', '.join(sorted(defines - top))}, which items define.")
-    reference_source = Path(reference.__file__).read_text()
+    reference_source = course_code.reference_source(Path(reference.__file__).parent)
     return {gid: course_code.for_names(reference_source, source, names, defines) for gid, names in late.items()}

@@ -6,7 +6,11 @@ code in place of that answer (one mistake costs points once). That run also runs
 answer to the item itself, so it must not hold the course's answer to that item, nor to any later
 one. So the run gets, as source text: the top-level definitions of the assignment's stand-ins
 file (``<checks_dir>/stand_ins/<assignment>.py``) that the names it stands in for need, and the
-top-level definitions of ``transformer_lm/reference.py`` that those use, followed name by name.
+top-level definitions of the reference that those use, followed name by name. The reference is a
+package (``transformer_lm/reference/``, a module per concept); :func:`reference_source` gives it
+as the one module the run's ``reference`` is: its modules' definitions, each module after those
+it imports from, without the imports between them. The names are followed through that one text,
+across the modules, as through one file: the split into modules changes nothing of what a run gets.
 
 Two rules keep later answers out:
 
@@ -22,10 +26,13 @@ from __future__ import annotations
 
 import ast
 import copy
+from pathlib import Path
 
 DEFINITIONS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Assign, ast.AnnAssign)
 REFERENCE_MODULE = "reference"
 """How the stand-ins name the reference module (``from transformer_lm import reference``)."""
+REFERENCE_PACKAGE = "transformer_lm.reference"
+"""The reference's package, whose modules :func:`reference_source` joins into one."""
 
 
 def _defined(node: ast.stmt) -> list[str]:
@@ -109,6 +116,73 @@ def _overridden(stand_ins: _Module, names: set[str]) -> dict[str, set[str]]:
             if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == REFERENCE_MODULE:
                 found.setdefault(base.attr, set()).update(methods)
     return found
+
+
+def _sibling(node: ast.stmt) -> str | None:
+    """The module of the reference package that an import takes names from
+    (``from transformer_lm.reference.attention import ...``: ``attention``); None for an import of
+    anything else. Another way to import the package or its modules is refused: in the one text of
+    :func:`reference_source` there is no package to import."""
+    prefix = REFERENCE_PACKAGE + "."
+    if isinstance(node, ast.Import):
+        modules = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        if not node.level and (node.module or "").startswith(prefix):
+            return node.module[len(prefix):]
+        modules = [REFERENCE_PACKAGE if node.level else node.module or ""]  # a relative import is of the package
+    else:
+        return None
+    if any(module == REFERENCE_PACKAGE or module.startswith(prefix) for module in modules):
+        raise ValueError(f"{ast.unparse(node)!r}: a module of {REFERENCE_PACKAGE} takes another's names with "
+                         f"'from {prefix}<module> import ...'")
+    return None
+
+
+def _in_order(trees: dict[str, ast.Module]) -> list[str]:
+    """The modules' names, each after those it imports from, otherwise by name."""
+    order: list[str] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            raise ValueError(f"{REFERENCE_PACKAGE}: its modules import one another: {' -> '.join(trail + [name])}")
+        if name not in order:
+            for node in trees[name].body:
+                if _sibling(node) is not None:
+                    visit(_sibling(node), trail + [name])
+            order.append(name)
+
+    for name in sorted(trees):
+        visit(name, [])
+    return order
+
+
+def reference_source(folder: Path) -> str:
+    """The reference package in ``folder`` (``transformer_lm/reference/``) as the source of one
+    module, for :func:`for_names`: its modules' top-level statements, each module after those it
+    imports from, under one ``from __future__`` import, and without the imports between its modules
+    (the names they import are defined in the same text), their docstrings, and an import that an
+    earlier module made already. A name that two modules define is refused: in one text the later
+    would replace the earlier."""
+    trees = {path.stem: ast.parse(path.read_text(), str(path))
+             for path in sorted(folder.glob("*.py")) if path.name != "__init__.py"}
+    futures, body, where, imported = [], [], {}, set()
+    for name in _in_order(trees):
+        tree = trees[name]
+        for node in tree.body[1:] if ast.get_docstring(tree, clean=False) is not None else tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                futures += [a.name for a in node.names if a.name not in futures]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                if _sibling(node) is None and ast.dump(node) not in imported:
+                    imported.add(ast.dump(node))
+                    body.append(node)
+            else:
+                for defined in _defined(node) if isinstance(node, DEFINITIONS) else []:
+                    if defined in where:
+                        raise ValueError(f"{REFERENCE_PACKAGE}: {defined} is defined by {where[defined]} and {name}")
+                    where[defined] = name
+                body.append(node)
+    head = [ast.ImportFrom("__future__", [ast.alias(f) for f in futures], 0)] if futures else []
+    return ast.unparse(ast.Module(body=head + body, type_ignores=[])) + "\n"
 
 
 def for_names(reference_source: str, stand_ins_source: str, names: list[str], defined_by_items: set[str]) -> dict:

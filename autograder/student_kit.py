@@ -231,6 +231,20 @@ def answer_names(root: Path) -> set[str]:
     return names
 
 
+def reference_sources(root: Path) -> dict[str, str]:
+    """What of the reference (the packages ``transformer_lm/reference/`` and
+    ``transformer_lm/concepts/``) must never reach students, by name: each of its modules whole
+    (``reference/gpt.py``), and each top-level function and class on its own (``GPT``), wherever it
+    is pasted."""
+    sources = {}
+    for path in sorted(p for folder in ("reference", "concepts") for p in (root / PACKAGE / folder).glob("*.py")):
+        text = path.read_text()
+        sources[f"{path.parent.name}/{path.name}"] = text
+        sources.update({node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
+                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))})
+    return sources
+
+
 def _texts(kit: Path):
     """``(where, text)`` of every text file of the kit, the wheel's files included."""
     for path in sorted(p for p in kit.rglob("*") if p.is_file()):
@@ -246,11 +260,13 @@ def _texts(kit: Path):
 
 
 def leaks(kit: Path, root: Path | None = None) -> list[str]:
-    """Every place in ``kit`` that holds a solution's line, a model answer, a hidden checks file or
-    a module that defines a name students must write; empty when there is none."""
+    """Every place in ``kit`` that holds a solution's line, a model answer, a hidden checks file, a
+    module or a definition of the reference, or a module that defines a name students must write;
+    empty when there is none."""
     root = root or repository_root()
     solutions, names = solution_lines(root), answer_names(root)
     hidden = {p.read_text() for p in (root / "autograder" / "checks").rglob("*.py")}
+    reference = reference_sources(root)
     items = {line.strip() for text in hidden for line in text.split("\n") if "Item(" in line and len(line.strip()) > 30}
     found = []
     for where, text in _texts(kit):
@@ -261,6 +277,9 @@ def leaks(kit: Path, root: Path | None = None) -> list[str]:
         for number, line in enumerate(text.split("\n"), 1):
             if line.strip() in solutions:
                 found.append(f"{where}:{number}: a line of a solution: {line.strip()[:80]}")
+        held = [name for name, source in reference.items() if source in text]
+        if held:
+            found.append(f"{where}: holds the reference's {', '.join(held)}")
         if where.endswith(".py"):
             defined = {node.name for node in ast.walk(ast.parse(text))
                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}

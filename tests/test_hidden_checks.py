@@ -22,6 +22,7 @@ from transformer_lm.kinds import judge_here
 
 REPO = Path(__file__).resolve().parents[1]
 COURSE = Course(REPO)
+REFERENCE = REPO / "transformer_lm" / "reference"
 ASSIGNMENTS = sorted(p.stem for p in COURSE.checks_file("any").parent.glob("[0-9]*.py"))
 
 
@@ -78,12 +79,41 @@ def late_code(assignment):
     defines = {name for item in items for name in item.defines}
     if not any(below.values()):
         return items, {}
-    reference_source = (REPO / "transformer_lm" / "reference.py").read_text()
+    reference_source = course_code.reference_source(REFERENCE)
     stand_ins = COURSE.stand_ins_file(assignment).read_text()
     return items, {gid: (sorted({n for g in gids for n in by_id[g].defines}),
                          course_code.for_names(reference_source, stand_ins,
                                                sorted({n for g in gids for n in by_id[g].defines}), defines))
                    for gid, gids in below.items() if gids}
+
+
+def test_the_reference_is_sent_as_one_text_that_defines_every_name_of_the_package():
+    """The modules of ``transformer_lm/reference/`` joined (what a late run's course code is cut
+    from) define, once each, every name the package gives, each module after those it builds on,
+    and import nothing of the package (a run has none to import)."""
+    text, package = course_code.reference_source(REFERENCE), transformer_lm.reference
+    tree = ast.parse(text)
+    defined = [node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))]
+    assert len(defined) == len(set(defined)) and set(defined) == set(package.__all__)
+    assert not [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                and "transformer_lm" in ast.unparse(node)]
+    assert defined.index("multi_head_attention") < defined.index("GPT") and defined.index("causal_mask") < \
+        defined.index("GroupedQueryAttention")
+    with course_code_loaded({"reference": text, "stand_ins": ""}):
+        module = sys.modules["transformer_lm.reference"]
+        assert module is not package and all(callable(getattr(module, name)) for name in package.__all__)
+        assert module.GPTConfig(n_embd=8) == module.GPTConfig(n_embd=8) and module.GPTConfig().n_embd == 12
+        assert module.causal_mask(2, 3).tolist() == package.causal_mask(2, 3).tolist()
+
+
+def test_a_reference_module_that_imports_the_package_itself_is_refused(tmp_path):
+    (tmp_path / "first.py").write_text("def one():\n    return 1\n")
+    (tmp_path / "second.py").write_text("from transformer_lm.reference import one\n\n\ndef two():\n    return one()\n")
+    with pytest.raises(ValueError, match="from transformer_lm.reference.<module> import"):
+        course_code.reference_source(tmp_path)
+    (tmp_path / "second.py").write_text("def one():\n    return 2\n")
+    with pytest.raises(ValueError, match="one is defined by first and second"):
+        course_code.reference_source(tmp_path)
 
 
 @contextlib.contextmanager
@@ -126,7 +156,7 @@ def test_generation_is_not_in_the_late_runs_of_the_generation_items():
     """The reference GPT generates (its generate method is the answer to the generation items); the
     stand-in GPT has a generate of its own, so the reference's never reaches those items' runs."""
     _, late = late_code("04_mingpt")
-    reference_generate = "use_cache" in (REPO / "transformer_lm" / "reference.py").read_text()
+    reference_generate = "use_cache" in course_code.reference_source(REFERENCE)
     assert reference_generate
     for gid in ("generate", "kv_cache"):
         reference = late[gid][1]["reference"]

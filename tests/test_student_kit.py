@@ -15,10 +15,11 @@ Demonstration cells (tagged ``skip-grading``: training runs, plots) are left out
 runs; the assignments' own tests run them.
 
 The leak test reads every file of the kit, inside the wheel too, for a solution's line, a model
-answer, a hidden checks file and a module that defines what a notebook asks students to write; a
-kit with each of those planted in it is refused.
+answer, a hidden checks file, a module or a definition of the reference, and a module that defines
+what a notebook asks students to write; a kit with each of those planted in it is refused.
 """
 
+import ast
 import json
 import shutil
 import subprocess
@@ -106,6 +107,16 @@ def test_the_kit_holds_what_students_need_and_nothing_of_the_instructors(kit):
     assert student_kit.leaks(kit) == []
 
 
+def reference_definition(name: str) -> str:
+    """The source of a top-level definition of the reference package."""
+    for path in sorted((ROOT / "transformer_lm" / "reference").glob("*.py")):
+        text = path.read_text()
+        for node in ast.parse(text).body:
+            if getattr(node, "name", None) == name:
+                return ast.get_source_segment(text, node) + "\n"
+    raise KeyError(name)
+
+
 def test_a_kit_with_an_answer_planted_in_it_is_refused(kit, tmp_path):
     """Each kind of leak, planted in a copy of the kit, is found where it is."""
     planted = tmp_path / "kit"
@@ -115,13 +126,20 @@ def test_a_kit_with_an_answer_planted_in_it_is_refused(kit, tmp_path):
     (planted / "lectures" / "notes.py").write_text(f"def softmax_stable(x):\n    pass\n\n# {solution}\n{solution}\n")
     (planted / "lectures" / "checks.txt").write_text(hidden)
     [wheel] = (planted / "wheels").glob("*.whl")
+    modules = sorted((ROOT / "transformer_lm" / "reference").glob("*.py"))
     with zipfile.ZipFile(wheel, "a") as archive:
-        archive.write(ROOT / "transformer_lm" / "reference.py", "transformer_lm/reference.py")
+        for module in modules:
+            archive.write(module, f"transformer_lm/reference/{module.name}")
+    (planted / "lectures" / "attention.py").write_text("import torch\n\n\n" + reference_definition("masked_softmax"))
     found = "\n".join(student_kit.leaks(planted))
     assert "lectures/notes.py: defines softmax_stable" in found
     assert "lectures/notes.py:5: a line of a solution" in found and "notes.py:4" not in found   # the comment is not
     assert "lectures/checks.txt: a hidden checks file" in found
-    assert f"{wheel.name}!transformer_lm/reference.py: defines GPT" in found
+    assert f"{wheel.name}!transformer_lm/reference/gpt.py: defines GPT" in found
+    for module in modules:   # attention.py and __init__.py define no name a notebook asks for
+        assert f"{wheel.name}!transformer_lm/reference/{module.name}: holds the reference's reference/{module.name}" \
+            in found
+    assert "lectures/attention.py: holds the reference's masked_softmax\n" in found + "\n"
     with pytest.raises(GradingError, match="not empty"):
         student_kit.build(kit)
 
