@@ -1,5 +1,5 @@
 """Shared fixtures: one hostile class of assignment 01, graded once per test session, and each
-assignment's notebooks for its test module (which names SOURCE_DIR, RELEASE_DIR and NOTEBOOK); how
+assignment's notebooks for its test module (whose ``ROW`` is its row of tests/assignments.py); how
 the workers share the files; and the TA's image, built once per run, in the background."""
 
 import hashlib
@@ -43,19 +43,21 @@ def graded_class(tmp_path_factory):
 @pytest.fixture(scope="module")
 def source_nb(request):
     """The test module's solution notebook."""
-    return tools.read(request.module.SOURCE_DIR / request.module.NOTEBOOK)
+    return tools.read(request.module.ROW.source_path)
 
 
 @pytest.fixture(scope="module")
 def solved(request, source_nb):
-    """The solution notebook, executed once, and how long it took."""
-    return tools.execute_timed(source_nb, cwd=request.module.SOURCE_DIR)
+    """The solution notebook, executed once (each cell within its row's ``cell_timeout``), and how
+    long it took."""
+    row = request.module.ROW
+    return tools.execute_timed(source_nb, cwd=row.source_dir, timeout=row.cell_timeout)
 
 
 @pytest.fixture(scope="module")
 def released_run(request):
     """The committed student notebook, executed with errors allowed."""
-    return tools.execute(request.module.RELEASE_DIR / request.module.NOTEBOOK, allow_errors=True)
+    return tools.execute(request.module.ROW.release_path, allow_errors=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -186,20 +186,25 @@ def errors(cell) -> list[tuple[str, str]]:
     return [(o.ename, strip_ansi(o.evalue)) for o in cell.get("outputs", []) if o.output_type == "error"]
 
 
-def assert_graded_as_planned(source_nb: NotebookNode, points: dict[str, int]) -> dict[str, int]:
-    """Each item of ``points`` (its answer cell's grade_id -> points) has its answer cell, then
-    its test cell ``<grade_id>_test`` with those points right after, under a markdown heading
-    that states them; 10 points in all. Returns the test cells' points by grade_id."""
+def assert_graded_as_planned(source_nb: NotebookNode, points: dict[str, int],
+                             answers: dict[str, tuple[str, ...]] | None = None) -> dict[str, int]:
+    """Each item of ``points`` (grade_id -> points) has its test cell ``<grade_id>_test`` with those
+    points; 10 points in all. Each answer cell of ``answers`` (by default each item's own, of its
+    name) is followed by the test cells of the items that grade it, in order, under a markdown
+    heading whose first line ends with their points. Returns the test cells' points by grade_id."""
+    answers = {name: (name,) for name in points} if answers is None else answers
     tests = {grade_id(c): c.metadata["nbgrader"]["points"] for c in graded_cells(source_nb, kind="grade")
              if c.cell_type == "code"}   # written answers (markdown) are graded by hand
     assert tests == {f"{name}_test": value for name, value in points.items()}
     assert sum(tests.values()) == 10
-    for name, value in points.items():
-        index = source_nb.cells.index(cell_by_grade_id(source_nb, name))
-        assert grade_id(source_nb.cells[index + 1]) == f"{name}_test", f"{name}: its test must follow it"
-        heading = source_nb.cells[index - 1]
+    assert sorted(item for items in answers.values() for item in items) == sorted(points), "one answer per item"
+    for answer, items in answers.items():
+        index = source_nb.cells.index(cell_by_grade_id(source_nb, answer))
+        following = [grade_id(cell) for cell in source_nb.cells[index + 1:index + 1 + len(items)]]
+        assert following == [f"{item}_test" for item in items], f"{answer}: its tests must follow it"
+        heading, value = source_nb.cells[index - 1], sum(points[item] for item in items)
         assert heading.cell_type == "markdown"
-        assert f"({value} point{'s' if value > 1 else ''})" in heading.source.splitlines()[0]
+        assert heading.source.splitlines()[0].endswith(f"({value} point{'s' if value > 1 else ''})"), heading.source
     return tests
 
 

@@ -3,32 +3,24 @@ student's start, and grading through the real grader.
 
 Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
 python3 kernel, and ``autograder grade`` grades submissions in a sandbox. The solution and
-the release are executed once per module, and every submission is graded in one class run.
+the release are executed once per module, and every submission is graded in one class run. The
+tests every assignment gets come from its row of tests/assignments.py (tests/assignment_tests.py);
+the ones below are this assignment's own.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
+import assignment_tests
+import assignments
 import notebook_tools as tools
 from transformer_lm.style import style_problems
 
-ASSIGNMENT = "02_multihead_attention"
-SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
-RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
-NOTEBOOK = "multihead_attention.ipynb"
-
-# Autograded items: points, and the answer cell each one grades.
-POINTS = {"self_attention_init": 1, "self_attention_forward": 3, "mha_scores": 3, "mha_causal_mask": 1,
-          "mha_output": 2}
-ANSWER_OF = {"self_attention_init": "self_attention", "self_attention_forward": "self_attention",
-             "mha_scores": "multihead_self_attention", "mha_causal_mask": "multihead_self_attention",
-             "mha_output": "multihead_self_attention"}
-WRITTEN = ("q1", "q2", "q3", "q4", "q5")
-ANSWERS = ("self_attention", "multihead_self_attention")
+ROW = assignments.BY_NAME["02_multihead_attention"]
+globals().update(assignment_tests.tests_for(ROW))
 
 # Seed 003's own SelfAttention, as a student would paste it (the PDF's wrapped lines joined).
 # Two of its lines are longer than 120 characters, by their trailing shape comments.
@@ -183,7 +175,7 @@ MERGED_WITHOUT_TRANSPOSE = SEED_MULTI_HEAD_SELF_ATTENTION.replace(
 
 def release_with(answers: dict[str, str]):
     """The committed release with answer cells replaced, as a student would fill them."""
-    return tools.replace_solutions(RELEASE_DIR / NOTEBOOK, answers)
+    return tools.replace_solutions(ROW.release_path, answers)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +189,7 @@ def reports(source_nb, tmp_path_factory):
     * ``mistakes``: the solution's SelfAttention with one PEP 8 violation, and seed 003's
       MultiHeadSelfAttention with the heads merged by view without transpose.
     """
-    solution = {gid: tools.cell_by_grade_id(source_nb, gid).source for gid in ANSWERS}
+    solution = {gid: tools.cell_by_grade_id(source_nb, gid).source for gid in ROW.answers}
     pep8 = solution["self_attention"].replace("self.scale = hidden ** 0.5", "self.scale=hidden ** 0.5")
     assert pep8 != solution["self_attention"]
     allowed = {"self_attention": solution["self_attention"].replace("hidden ** 0.5", "hidden**0.5").replace(
@@ -206,18 +198,24 @@ def reports(source_nb, tmp_path_factory):
                    "(bs * self.num_heads, seq", "(bs*self.num_heads, seq").replace(
                    "scores = q @ k.transpose(1, 2) / self.scale", "scores = (q @ k.transpose(1, 2)\n"
                                                                   "                  / self.scale)")}
-    assert all(allowed[gid] != solution[gid] for gid in ANSWERS)
+    assert all(allowed[gid] != solution[gid] for gid in ROW.answers)
     submissions = {
         "solution": release_with(solution),
         "pep8_allowed": release_with(allowed),
         "seed": release_with({"self_attention": SEED_SELF_ATTENTION,
                               "multihead_self_attention": SEED_MULTI_HEAD_SELF_ATTENTION}),
         "mistakes": release_with({"self_attention": pep8, "multihead_self_attention": MERGED_WITHOUT_TRANSPOSE}),
-        "blank": tools.read(RELEASE_DIR / NOTEBOOK),
+        "blank": tools.read(ROW.release_path),
     }
-    graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
+    graded = tools.grade_class(ROW.name, tmp_path_factory.mktemp("course"), submissions)
     return {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
             for student, report in graded.items()}
+
+
+@pytest.fixture(scope="module")
+def solution_and_blank(reports):
+    """The solution's and the blank release's reports, from the class of ``reports``."""
+    return reports["solution"][""], reports["blank"][""]
 
 
 # --------------------------------------------------------------------------------------
@@ -225,53 +223,8 @@ def reports(source_nb, tmp_path_factory):
 # --------------------------------------------------------------------------------------
 
 
-def test_source_is_graded_as_planned(source_nb):
-    """Its items, their points and the cells around them. What every source must be (clean, with
-    a locked setup cell first) is checked for every assignment in test_notebooks.py."""
-    for cell in source_nb.cells:
-        assert "sys.path" not in cell.source and "autoreload" not in cell.source, cell.id
-
-    setup = tools.cell_by_grade_id(source_nb, "setup")
-    assert "from transformer_lm.sandboxed.test_values import SelfAttentionTestValues, MultiHeadAttentionTestValues" \
-        in setup.source
-
-    tests = {tools.grade_id(c): c.metadata["nbgrader"]["points"] for c in tools.graded_cells(source_nb, kind="grade")
-             if not c.metadata["nbgrader"]["solution"]}
-    assert tests == {f"{name}_test": points for name, points in POINTS.items()}
-    assert sum(tests.values()) == 10
-
-    # Each answer cell is followed by its test cells, in order; its heading gives the task's points.
-    for answer, points in (("self_attention", 4), ("multihead_self_attention", 6)):
-        cell = tools.cell_by_grade_id(source_nb, answer)
-        index = source_nb.cells.index(cell)
-        following = [tools.grade_id(c) for c in source_nb.cells[index + 1:index + 4]]
-        expected = [f"{item}_test" for item, owner in ANSWER_OF.items() if owner == answer]
-        assert following[:len(expected)] == expected
-        assert f"({points} points)" in source_nb.cells[index - 1].source.splitlines()[0]
-
-    # The written answers: markdown cells graded by hand, 1 point each.
-    for grade_id in WRITTEN:
-        cell = tools.cell_by_grade_id(source_nb, grade_id)
-        meta = cell.metadata["nbgrader"]
-        assert cell.cell_type == "markdown"
-        assert meta["grade"] and meta["solution"] and not meta["locked"] and meta["points"] == 1
-        body = "\n".join(tools.solution_lines(cell.source))
-        assert "Model answer" in body and "Grading note (TAs)" in body
-
-    # Every code cell the grader does not track is a demonstration, tagged so that it does not run.
-    for cell in source_nb.cells:
-        if cell.cell_type == "code" and tools.grade_id(cell) is None:
-            assert "skip-grading" in cell.metadata.get("tags", []), f"cell {cell.id} is not tagged skip-grading"
-
-    # The plots show the probabilities as they are: no softmax anywhere near them.
-    for cell in source_nb.cells:
-        names = ("plot_heads", "probs_plain", "probs_causal")
-        if cell.cell_type == "code" and any(name in cell.source for name in names):
-            assert "softmax" not in cell.source, f"cell {cell.id} applies a softmax to probabilities"
-
-
 def test_solution_follows_pep8_and_comments_every_tensor(source_nb):
-    for grade_id in ANSWERS:
+    for grade_id in ROW.answers:
         source = tools.cell_by_grade_id(source_nb, grade_id).source
         assert style_problems(source) == [], grade_id
         lines = tools.solution_lines(source)
@@ -282,57 +235,21 @@ def test_solution_follows_pep8_and_comments_every_tensor(source_nb):
 
 
 # --------------------------------------------------------------------------------------
-# 1. The committed release is what nbgrader makes from the source, without solutions
+# The solution's demonstrations
 # --------------------------------------------------------------------------------------
 
 
-def test_release_contains_no_solutions(source_nb):
-    release = tools.read(RELEASE_DIR / NOTEBOOK)
-    raw = json.dumps(release)
-    assert "BEGIN SOLUTION" not in raw and "END SOLUTION" not in raw
-    assert "Model answer" not in raw and "Grading note" not in raw
-    text = "\n".join(cell.source for cell in release.cells)
-    left_lines = {line.strip() for line in text.splitlines()}
-    for grade_id in ANSWERS + WRITTEN:
-        lines = tools.solution_lines(tools.cell_by_grade_id(source_nb, grade_id).source)
-        assert lines, f"{grade_id}: no solution in the source"
-        cell = tools.cell_by_grade_id(release, grade_id)
-        stub = "raise NotImplementedError()" if grade_id in ANSWERS else "YOUR ANSWER HERE"
-        assert stub in cell.source, grade_id
-        for line in lines:
-            if re.search(r"[A-Za-z]{3}", line):
-                assert line not in left_lines, f"{grade_id}: solution line left in the release: {line}"
-        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
-    skeleton = tools.cell_by_grade_id(release, "multihead_self_attention").source
-    assert skeleton.count("raise NotImplementedError()") == 3   # tasks 2.1, 2.2 and 2.3
-    for signature in ("class SelfAttention(nn.Module):", "def __init__(self, input_size, hidden):",
-                      "class MultiHeadSelfAttention(nn.Module):",
-                      "def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0):",
-                      "def forward(self, x):", "def forward(self, x, return_attention=False):",
-                      "raise ValueError(", "return att, probs"):
-        assert signature in text
-
-
-# --------------------------------------------------------------------------------------
-# 2. The solution runs top to bottom, fast, and every check passes
-# --------------------------------------------------------------------------------------
-
-
-def test_solution_runs_quickly_and_every_check_passes(solved):
-    nb, seconds = solved
-    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
-    for name in POINTS:
-        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
-        assert output.strip(), f"{name}_test printed nothing"
-        assert "orrect" in output or "has the expected layers" in output, output
-    assert "raises ValueError: hidden=10 is not divisible by num_heads=3" in \
-        tools.text_outputs(tools.cell_by_grade_id(nb, "mha_output_test"))
-
-
-def test_solution_demos_show_what_the_text_says(solved):
+def test_solution_demos_show_what_the_text_says(source_nb, solved):
+    """Every code cell the grader does not track is a demonstration, tagged so that it does not run
+    when graded; the plots show the probabilities as they are; each demonstration shows what the
+    text says."""
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and tools.grade_id(cell) is None:
+            assert "skip-grading" in cell.metadata.get("tags", []), f"cell {cell.id} is not tagged skip-grading"
+    for cell in source_nb.cells:   # no softmax anywhere near the plots
+        names = ("plot_heads", "probs_plain", "probs_causal")
+        if cell.cell_type == "code" and any(name in cell.source for name in names):
+            assert "softmax" not in cell.source, f"cell {cell.id} applies a softmax to probabilities"
     nb, _ = solved
     cells = {cell.id: cell for cell in nb.cells}
     for plot in ("demo-plain", "demo-causal"):   # one figure per sequence
@@ -350,31 +267,8 @@ def test_solution_demos_show_what_the_text_says(solved):
 
 
 # --------------------------------------------------------------------------------------
-# 3. A student's first run: every check says TODO, nothing else breaks
+# Seed 003's own code earns every autograded point through the real grader
 # --------------------------------------------------------------------------------------
-
-
-def test_release_reports_todo_everywhere(released_run):
-    tools.assert_every_check_says_todo(released_run, [f"{name}_test" for name in POINTS])
-    # The demonstrations that need no student code still run.
-    outputs = {cell.id: tools.text_outputs(cell) for cell in released_run.cells if cell.cell_type == "code"}
-    assert "raw: max p" in outputs["q1-demo"] and "nan" in outputs["padding-demo"]
-
-
-# --------------------------------------------------------------------------------------
-# 4. Seed 003's own code earns every autograded point through the real grader
-# --------------------------------------------------------------------------------------
-
-
-def test_solution_submission_gets_full_marks(reports):
-    tools.assert_full_marks_and_zero(reports["solution"][""], reports["blank"][""])
-    report = reports["solution"]
-    assert report[""]["total"] == report[""]["max_total"] == 10
-    assert report[""]["flags"] == []
-    for name, points in POINTS.items():
-        item = report[name]
-        assert (item["status"], item["score"], item["max_score"], item["deduction"]) == ("passed", points, points, "")
-        assert item["answer"] == ANSWER_OF[name]
 
 
 def test_seed_code_gets_full_marks_without_deduction(reports):
@@ -382,7 +276,7 @@ def test_seed_code_gets_full_marks_without_deduction(reports):
     120 characters only because of their shape comments, which the style rules do not count."""
     report = reports["seed"]
     assert report[""]["flags"] == []
-    for name, points in POINTS.items():
+    for name, points in ROW.points.items():
         item = report[name]
         assert (item["status"], item["score"], item["deduction"]) == ("passed", points, ""), (name, item["message"])
     assert report[""]["total"] == report[""]["max_total"] == 10
@@ -390,7 +284,7 @@ def test_seed_code_gets_full_marks_without_deduction(reports):
 
 
 # --------------------------------------------------------------------------------------
-# 5. A typical mistake is named; a PEP 8 violation costs exactly the deduction
+# A typical mistake is named; a PEP 8 violation costs exactly the deduction
 # --------------------------------------------------------------------------------------
 
 
@@ -403,7 +297,7 @@ def test_merged_heads_without_transpose_cost_the_output_item_only_and_are_named(
     assert item["mistake"] == "heads merged with view but no transpose", item
     assert ".contiguous().view(bs, seq, hidden)" in item["hint"], item["hint"]   # the notebook's own names
     for name in ("mha_scores", "mha_causal_mask"):
-        assert report[name]["status"] == "passed" and report[name]["score"] == POINTS[name], report[name]
+        assert report[name]["status"] == "passed" and report[name]["score"] == ROW.points[name], report[name]
 
 
 def test_spacing_pep8_allows_keeps_every_point(reports):
@@ -417,12 +311,12 @@ def test_spacing_pep8_allows_keeps_every_point(reports):
 def test_pep8_violation_costs_exactly_the_deduction(reports):
     report = reports["mistakes"]
     forward = report["self_attention_forward"]
-    assert forward["status"] == "passed" and forward["score"] == POINTS["self_attention_forward"] - 1
+    assert forward["status"] == "passed" and forward["score"] == ROW.points["self_attention_forward"] - 1
     assert forward["deduction"].startswith("pep8"), forward
     assert "E225" in forward["deduction"] and "'self.scale=hidden ** 0.5 " in forward["deduction"]   # the line itself
     init = report["self_attention_init"]   # the same answer cell, but the deduction is taken once
     assert (init["status"], init["score"], init["deduction"]) == ("passed", 1, "")
-    assert report[""]["total"] == 1 + 2 + POINTS["mha_scores"] + POINTS["mha_causal_mask"]
+    assert report[""]["total"] == 1 + 2 + ROW.points["mha_scores"] + ROW.points["mha_causal_mask"]
 
 
 def test_visible_check_names_the_mistake(source_nb):

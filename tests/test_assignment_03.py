@@ -2,28 +2,23 @@
 
 Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
 python3 kernel, and the real ``autograder grade`` grades a small class (one call for every
-submission) in a sandbox. Each notebook is executed once per module and shared by the tests.
+submission) in a sandbox. Each notebook is executed once per module and shared by the tests. The
+tests every assignment gets come from its row of tests/assignments.py (tests/assignment_tests.py);
+the ones below are this assignment's own.
 """
 
 from __future__ import annotations
 
-import json
-import re
-
 import nbformat
 import pytest
 
+import assignment_tests
+import assignments
 import notebook_tools as tools
 from autograder import sandbox
 
-ASSIGNMENT = "03_pytorch_attention"
-SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
-RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
-NOTEBOOK = "pytorch_attention.ipynb"
-
-POINTS = {"my_attention": 3, "self_attention_head": 2, "multiheaded_self_attention": 3,
-          "transformer_decoder_layer": 2}
-LIBRARY = ("scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+ROW = assignments.BY_NAME["03_pytorch_attention"]
+globals().update(assignment_tests.tests_for(ROW))
 
 # An answer that hands the work to PyTorch: correct numbers, but the exercise was to write it.
 SDPA_ATTENTION = '''def my_attention(q, k, v, attn_mask=None):
@@ -85,12 +80,18 @@ def reports(source_nb, tmp_path_factory):
     forbidden = tools.replace_solution(forbidden, "transformer_decoder_layer", wrong_norm_order(source_nb))
     submissions = {"solution": source_nb, "library_call": forbidden,
                    "inverted_mask": tools.replace_solution(source_nb, "my_attention", INVERTED_MASK_ATTENTION),
-                   "blank": tools.read(RELEASE_DIR / NOTEBOOK),
+                   "blank": tools.read(ROW.release_path),
                    "sdpa_by_getattr": tools.replace_solution(source_nb, "my_attention", SDPA_BY_GETATTR),
                    "library_by_helper": library_through_a_helper(source_nb)}
-    graded = tools.grade_class(ASSIGNMENT, tmp_path_factory.mktemp("course"), submissions)
+    graded = tools.grade_class(ROW.name, tmp_path_factory.mktemp("course"), submissions)
     return {student: {item["grade_id"]: item for item in report["items"]} | {"_report": report}
             for student, report in graded.items()}
+
+
+@pytest.fixture(scope="module")
+def solution_and_blank(reports):
+    """The solution's and the blank release's reports, from the class of ``reports``."""
+    return reports["solution"]["_report"], reports["blank"]["_report"]
 
 
 # --------------------------------------------------------------------------------------
@@ -98,23 +99,10 @@ def reports(source_nb, tmp_path_factory):
 # --------------------------------------------------------------------------------------
 
 
-def test_source_is_graded_as_planned(source_nb):
-    """Its items, their points and the cells around them. What every source must be (clean, with
-    a locked setup cell first) is checked for every assignment in test_notebooks.py."""
-    setup = tools.cell_by_grade_id(source_nb, "setup")
-    assert "transformer_lm" not in setup.source
-
-    tools.assert_graded_as_planned(source_nb, POINTS)
-
-
 def test_library_attention_only_in_test_and_demo_cells(source_nb):
-    """Answers must not mention PyTorch's attention (the grader would mark them forbidden);
-    the test cells use it as the reference, the mask conventions included."""
-    from transformer_lm.source_scan import mentioned_names
-
-    for name in POINTS:
-        used = set(LIBRARY) & mentioned_names(tools.cell_by_grade_id(source_nb, name).source)
-        assert not used, f"the answer {name} mentions {used}"
+    """Answers must not mention PyTorch's attention (the grader would mark them forbidden: checked
+    for every assignment by test_source_is_graded_as_planned); the test cells use it as the
+    reference, the mask conventions included."""
     attention_test = tools.cell_by_grade_id(source_nb, "my_attention_test").source
     assert "F.scaled_dot_product_attention(q, k, v, attn_mask=mask)" in attention_test
     assert "range(100)" in attention_test
@@ -146,7 +134,8 @@ def test_teaching_cells_are_ungraded_and_draw_or_assert(source_nb, solved):
     for cell in source_nb.cells:
         if cell.cell_type == "code" and ("plt." in cell.source or "assert " in cell.source):
             assert "nbgrader" in cell.metadata or "skip-grading" in cell.metadata.get("tags", []), cell.id
-    prompts = [c for c in source_nb.cells if c.cell_type == "markdown" and c.source.startswith("**Predict, then run:**")]
+    prompts = [c for c in source_nb.cells
+               if c.cell_type == "markdown" and c.source.startswith("**Predict, then run:**")]
     assert len(prompts) >= 2
     markdown = "\n".join(c.source for c in source_nb.cells if c.cell_type == "markdown")
     for word in ("the seed", "activity's", "seen before"):
@@ -155,58 +144,8 @@ def test_teaching_cells_are_ungraded_and_draw_or_assert(source_nb, solved):
 
 
 # --------------------------------------------------------------------------------------
-# 1. The committed release is what nbgrader makes from the source, without solutions
+# The solution answers the masking questions in numbers
 # --------------------------------------------------------------------------------------
-
-
-def test_release_contains_no_solutions(source_nb):
-    release = tools.read(RELEASE_DIR / NOTEBOOK)
-    text = "\n".join(cell.source for cell in release.cells)
-    assert "BEGIN SOLUTION" not in json.dumps(release) and "END SOLUTION" not in json.dumps(release)
-    bodies = tools.solution_bodies(source_nb)
-    assert set(bodies) == set(POINTS)
-    for name, lines in bodies.items():
-        assert lines, f"{name}: no solution body in the source"
-        cell = tools.cell_by_grade_id(release, name)
-        assert "raise NotImplementedError()" in cell.source
-        left = {line.strip() for line in cell.source.splitlines()}
-        for line in lines:
-            if re.search(r"[A-Za-z]", line):
-                assert line not in left, f"{name}: solution line left in the release: {line}"
-        assert tools.squeeze(" ".join(lines)) not in tools.squeeze(text)
-    # The skeleton keeps the seed's APIs.
-    for signature in ("def my_attention(q, k, v, attn_mask=None):", "class SelfAttentionHead(nn.Module):",
-                      "def __init__(self, model_dim, qk_dim=None):", "self.Q = nn.Linear(model_dim, self.qk_dim)",
-                      "def forward(self, input, mask=None):", "def __init__(self, model_dim, num_heads):",
-                      "def forward(self, input, attn_mask=None):", "def load_from_torch(self, mha):",
-                      "def __init__(self, model_dim, num_heads, ff_dim, dropout=0.0, norm_first=False):",
-                      "def forward(self, input):", "def load_from_torch(self, layer):"):
-        assert signature in text
-
-
-# --------------------------------------------------------------------------------------
-# 2. The solution runs top to bottom, fast, and every visible check passes
-# --------------------------------------------------------------------------------------
-
-
-def test_solution_runs_quickly(solved):
-    nb, seconds = solved
-    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
-
-
-def test_every_check_passes_in_the_solution(solved):
-    nb, _ = solved
-    for name in POINTS:
-        output = tools.text_outputs(tools.cell_by_grade_id(nb, f"{name}_test"))
-        assert output.strip(), f"{name}_test printed nothing"
-        assert "orrect" in output or "equals" in output or "agrees" in output, output
-    text = tools.squeeze(tools.text_outputs(tools.cell_by_grade_id(nb, "my_attention_test")))
-    assert "100 random sizes" in text
-    conventions = tools.text_outputs(tools.cell_by_grade_id(nb, "multiheaded_self_attention_test"))
-    assert "attn_mask=allowed) equals nn.MultiheadAttention(x, x, x, attn_mask=~allowed)" in conventions
 
 
 def test_solution_shows_the_masking_answers(solved):
@@ -224,29 +163,8 @@ def test_solution_shows_the_masking_answers(solved):
 
 
 # --------------------------------------------------------------------------------------
-# 3. A student's first run: every check says TODO, nothing else breaks
+# The real grader: a forbidden call, named mistakes, the norm order
 # --------------------------------------------------------------------------------------
-
-
-def test_release_reports_todo_everywhere(released_run):
-    tools.assert_every_check_says_todo(released_run, [f"{name}_test" for name in POINTS])
-    # Cells that need no student code still show their numbers.
-    text = tools.squeeze("".join(tools.text_outputs(c) for c in released_run.cells if c.cell_type == "code"))
-    assert "in_proj_weight (24, 8)" in text
-
-
-# --------------------------------------------------------------------------------------
-# 4. The real grader: full marks, a forbidden call, named mistakes, the norm order
-# --------------------------------------------------------------------------------------
-
-
-def test_solution_gets_full_marks(reports):
-    tools.assert_full_marks_and_zero(reports["solution"]["_report"], reports["blank"]["_report"])
-    report = reports["solution"]["_report"]
-    assert report["total"] == report["max_total"] == 10
-    for item in report["items"]:
-        assert item["status"] == "passed", item
-    assert report["flags"] == []
 
 
 def test_library_call_is_forbidden_and_named(reports):
@@ -266,11 +184,11 @@ def test_library_calls_out_of_the_answers_text_are_found_by_what_ran(reports):
     by_getattr = reports["sdpa_by_getattr"]
     assert (by_getattr["my_attention"]["status"], by_getattr["my_attention"]["score"]) == ("forbidden", 0)
     assert "ran scaled_dot_product_attention" in by_getattr["my_attention"]["message"]
-    assert by_getattr["_report"]["total"] == 10 - POINTS["my_attention"], by_getattr["_report"]["items"]
+    assert by_getattr["_report"]["total"] == 10 - ROW.points["my_attention"], by_getattr["_report"]["items"]
     by_helper = reports["library_by_helper"]
     item = by_helper["multiheaded_self_attention"]
     assert (item["status"], item["score"]) == ("forbidden", 0) and "multi_head_attention_forward" in item["message"]
-    assert by_helper["_report"]["total"] == 10 - POINTS["multiheaded_self_attention"], by_helper["_report"]["items"]
+    assert by_helper["_report"]["total"] == 10 - ROW.points["multiheaded_self_attention"], by_helper["_report"]["items"]
     for report in (by_getattr, by_helper):
         assert any("Forbidden call" in flag for flag in report["_report"]["flags"]), report["_report"]["flags"]
 

@@ -2,32 +2,31 @@
 and grading through the real grader.
 
 Everything runs for real: nbgrader generates the release, nbclient runs the notebooks in a
-python3 kernel, and ``autograder grade`` grades a small class in a sandbox, in one call.
+python3 kernel, and ``autograder grade`` grades a small class in a sandbox, in one call. The tests
+every assignment gets come from its row of tests/assignments.py (tests/assignment_tests.py); the
+ones below are this assignment's own.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import runpy
 
 import pytest
 
+import assignment_tests
+import assignments
 import notebook_tools as tools
 from autograder import sandbox
 
-ASSIGNMENT = "06_modern_attention"
-SOURCE_DIR = tools.REPO_ROOT / "source" / ASSIGNMENT
-RELEASE_DIR = tools.REPO_ROOT / "release" / ASSIGNMENT
-NOTEBOOK = "modern_attention.ipynb"
+ROW = assignments.BY_NAME["06_modern_attention"]
+globals().update(assignment_tests.tests_for(ROW))
 
-POINTS = {"apply_rope": 2, "sliding_window_mask": 1, "grouped_query_attention": 3, "padded_generation": 3,
-          "kv_cache_bytes": 1}
-
-BANK = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "audit" / f"{ASSIGNMENT}.py"))
+BANK = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "audit" / f"{ROW.name}.py"))
 # Key/value heads tiled with repeat (0, 1, 0, 1) instead of copied in place, and rotary pairs
 # (x[2i], x[2i+1]) in place of Llama's halves: the audit bank's lines.
-REPEAT = ((BANK["K_HEADS"], "k_heads = k.repeat(1, group, 1, 1)"), (BANK["V_HEADS"], "v_heads = v.repeat(1, group, 1, 1)"))
+REPEAT = ((BANK["K_HEADS"], "k_heads = k.repeat(1, group, 1, 1)"),
+          (BANK["V_HEADS"], "v_heads = v.repeat(1, group, 1, 1)"))
 INTERLEAVED = BANK["INTERLEAVED"]
 
 
@@ -39,8 +38,8 @@ def graded(source_nb, tmp_path_factory):
     keep theirs)."""
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
-    solution = {gid: tools.answer_cell(source_nb, gid) for gid in POINTS}
-    release = RELEASE_DIR / NOTEBOOK
+    solution = {gid: tools.answer_cell(source_nb, gid) for gid in ROW.answers}
+    release = ROW.release_path
     submissions = {
         "solution": tools.replace_solutions(release, solution),
         "repeat": tools.replace_solutions(release, {**solution, "grouped_query_attention": tools.answer_cell(
@@ -49,22 +48,17 @@ def graded(source_nb, tmp_path_factory):
         "blank": tools.read(release),
     }
     course = tmp_path_factory.mktemp("course")
-    reports = tools.grade_class(ASSIGNMENT, course, submissions)
+    reports = tools.grade_class(ROW.name, course, submissions)
     by_item = {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
                for student, report in reports.items()}
     return by_item, course
 
 
-def test_source_is_graded_as_planned(source_nb):
-    tools.assert_graded_as_planned(source_nb, POINTS)
-    for gid in ("q1", "q2"):
-        written = tools.cell_by_grade_id(source_nb, gid)
-        assert written.cell_type == "markdown" and written.metadata["nbgrader"]["points"] == 1
-    assert "transformer_lm.reference" not in tools.cell_by_grade_id(source_nb, "setup").source
-    tagged = {c.id for c in source_nb.cells if "skip-grading" in c.metadata.get("tags", [])}
-    for cell in source_nb.cells:   # what the grader runs never leans on the course's reference
-        if cell.cell_type == "code" and cell.id not in tagged:
-            assert "reference" not in cell.source, cell.id
+@pytest.fixture(scope="module")
+def solution_and_blank(graded):
+    """The solution's and the blank release's reports, from the class of ``graded``."""
+    reports, _ = graded
+    return reports["solution"][""], reports["blank"][""]
 
 
 def test_the_notebook_names_its_sources(source_nb):
@@ -73,44 +67,10 @@ def test_the_notebook_names_its_sources(source_nb):
         assert name in text, name
 
 
-def test_release_contains_no_solutions(source_nb):
-    release = tools.read(RELEASE_DIR / NOTEBOOK)
-    assert "BEGIN SOLUTION" not in json.dumps(release)
-    assert set(tools.solution_bodies(source_nb)) == set(POINTS) | {"q1", "q2"}
-    code = "\n".join(cell.source for cell in release.cells if cell.cell_type == "code")
-    assert "repeat_interleave(" not in code and "cumsum(" not in code
-    for signature in ("def apply_rope(x, positions, base=10000.0):", "def sliding_window_mask(query_len, key_len, window):",
-                      "class GroupedQueryAttention(nn.Module):", "def forward(self, x, positions, attn_mask=None, cache=None):",
-                      "def padded_positions(attention_mask):", "def padded_attention_mask(attention_mask, query_len):",
-                      "def generate_padded(model, prompts, max_new_tokens, pad_id=0):",
-                      "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch.bfloat16):"):
-        assert signature in code, signature
-
-
-def test_solution_runs_in_under_a_minute_and_every_visible_check_passes(solved):
-    nb, seconds = solved
-    assert seconds < 60, f"the solution notebook took {seconds:.1f} s"
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
-    for item in POINTS:
-        assert "Correct" in tools.text_outputs(tools.cell_by_grade_id(nb, f"{item}_test")), item
-
-
 def test_the_kv_cache_table_is_llama_3_8b_shaped(solved):
     nb, _ = solved
     text = "".join(tools.text_outputs(c) for c in nb.cells if c.cell_type == "code")
     assert re.search(r"GQA.*1\.0+ GiB", text) and re.search(r"MHA.*4\.0+ GiB", text), text[-2000:]
-
-
-def test_release_reports_todo_everywhere(released_run):
-    tools.assert_every_check_says_todo(released_run, [f"{item}_test" for item in POINTS])
-
-
-def test_solution_gets_full_marks_and_the_blank_release_zero(graded):
-    reports, _ = graded
-    tools.assert_full_marks_and_zero(reports["solution"][""], reports["blank"][""])
-    assert reports["solution"][""]["total"] == 10
 
 
 def test_key_value_heads_tiled_with_repeat_cost_the_layer_only_and_are_named(graded):
@@ -141,7 +101,7 @@ def test_the_text_of_task_3_says_what_its_checks_hold(source_nb):
                   and c.source.startswith("### Task 3"))
     assert "The check has such rows" in task_3 and "the returned cache `(k, v)`" in task_3
     assert "has no such row" not in task_3
-    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / f"{ASSIGNMENT}.py"))["ITEMS"]
+    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / f"{ROW.name}.py"))["ITEMS"]
     hidden = next(item for item in items if item.grade_id == "grouped_query_attention").checks
     visible = [entry["check"] for entry in checks.stored_checks()["groups"]["grouped_query_attention"]]
     assert any(check.padded for check in hidden)

@@ -2,11 +2,16 @@
 from them exactly, and releases that hold no solution. Each assignment's own test file
 checks its content and its grades."""
 
+import importlib
+import inspect
 import json
 
 import pytest
 
+import assignment_tests
+import assignments
 import notebook_tools as tools
+from scheduling import SHARED_FIXTURE
 
 ASSIGNMENTS = sorted(p.name for p in (tools.REPO_ROOT / "source").iterdir() if p.is_dir())
 
@@ -53,10 +58,23 @@ def test_release_holds_no_solution(assignment):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_assignment_has_a_test_module_that_grades_its_solution_and_its_blank_release(assignment):
-    """Each assignment's own test module grades a class once (through the real grader) and holds
-    it to the two fixed points, the solution's full marks and the blank release's zero, with
-    ``notebook_tools.assert_full_marks_and_zero``: one class per assignment, graded once."""
+    """Each assignment has its row in tests/assignments.py, and its own test module, which takes that
+    row and the tests every assignment gets from it (tests/assignment_tests.py): among them the
+    real grader's two fixed points, the solution's full marks and the blank release's zero
+    (``notebook_tools.assert_full_marks_and_zero``), on the reports of a class the module grades
+    once (its ``solution_and_blank`` fixture, from its own class or the hostile class of the session)."""
+    assert sorted(assignments.BY_NAME) == ASSIGNMENTS, "one row of tests/assignments.py per assignment"
     module = tools.REPO_ROOT / "tests" / f"test_assignment_{assignment[:2]}.py"
     assert module.is_file(), f"{assignment} has no {module.name}"
     text = module.read_text()
-    assert f'"{assignment}"' in text and "tools.assert_full_marks_and_zero(" in text, module.name
+    assert f'assignments.BY_NAME["{assignment}"]' in text, module.name
+    graded = "tools.grade_class(" in text or SHARED_FIXTURE in text   # its own class, or the session's
+    assert "def solution_and_blank(" in text and graded, module.name
+    loaded = importlib.import_module(module.stem)
+    assert loaded.ROW is assignments.BY_NAME[assignment]
+    name = "test_solution_gets_full_marks_and_the_blank_release_zero"
+    test = getattr(loaded, name, None)
+    assert test is not None and test.__code__ is assignment_tests.tests_for(loaded.ROW)[name].__code__, module.name
+    assert inspect.getclosurevars(test).nonlocals["row"] is loaded.ROW, module.name
+    assert "tools.assert_full_marks_and_zero(" in inspect.getsource(
+        assignment_tests.solution_gets_full_marks_and_the_blank_release_zero)
