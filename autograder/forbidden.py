@@ -2,7 +2,7 @@
 
 Before anything runs, in the answer's text: :func:`found_in_text`, preflight's early, named
 message. While the answer is checked, in what ran: :func:`found_in_trace` reads the names that
-:func:`transformer_lm.sandboxed.probes.trace_calls` recorded in the sandbox (torch functions by
+:func:`transformer_lm.sandboxed.call_trace.trace_calls` recorded in the sandbox (torch functions by
 name and ATen operators), so a call reached through ``getattr`` strings, ``torch.ops.aten`` or a
 helper in another cell is found too. Both run in the trusted process.
 """

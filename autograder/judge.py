@@ -12,7 +12,7 @@ from autograder.forbidden import found_by_witness, found_in_trace
 from autograder.preflight import Preflight
 from autograder.results import NOT_WRITTEN, ItemResult
 from autograder.spec import Item
-from transformer_lm.sandboxed.probes import COURSE_CODE_CELL, UNTRACED
+from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL, UNTRACED
 from transformer_lm.style import style_problems
 
 

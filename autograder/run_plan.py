@@ -8,7 +8,7 @@ import torch
 
 from autograder.preflight import Preflight
 from transformer_lm.prepared import Prepared
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import wire
 
 
 def stages_of(late: list[str], course_code: dict[str, dict]) -> list[list[str]]:
@@ -56,5 +56,5 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
         if first != pid:  # the same check made again (with stand-ins): its tensors travel once
             plan["calls"][pid]["tensors_of"] = first
             continue
-        tensors.update({probes.tensor_key(pid, name): t.contiguous() for name, t in prep.call.tensors.items()})
+        tensors.update({wire.tensor_key(pid, name): t.contiguous() for name, t in prep.call.tensors.items()})
     return plan, tensors

@@ -61,7 +61,7 @@ class ProbeOutcome:
     """What became of one probe call: ``ok`` (with its record or value), ``todo``, ``error``,
     ``timeout`` or ``killed``, with a message for the student; ``ran`` maps each watched torch
     function or ATen operator that ran during the call to the notebook cells (plan indexes,
-    innermost first) on the stack when it did (:func:`transformer_lm.sandboxed.probes.trace_calls`)."""
+    innermost first) on the stack when it did (:func:`transformer_lm.sandboxed.call_trace.trace_calls`)."""
 
     status: str
     message: str = ""

@@ -223,12 +223,13 @@ TRACE = {
                              "        with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():\n"
                              f"            return {SDPA}")),
     # ctypes writes memory without an audit event: clear the frozen flag of the trace's classes, then
-    # make them pass every call on unseen (guard.disarm_ctypes leaves memmove uncallable)
+    # make them pass every call on unseen (type_objects.disarm_ctypes leaves memmove uncallable)
     "t09_ctypes": (CTYPES_THAW, library_flash(call="sdpa_unseen(q, k, v, causal)")),
     "t10_gc_objects": ("import gc\nTRACES = [o for o in gc.get_objects() if type(o).__name__ == 'FunctionNames']\n",
                        library_flash()),
     "t11_settrace": ("import sys\nsys.settrace(lambda *a: None)\n", library_flash()),
-    "t12_code_swap": ("from transformer_lm.sandboxed import probes\nprobes.plain.__code__ = (lambda t: t).__code__\n",
+    "t12_code_swap": ("from transformer_lm.sandboxed import student_objects\n"
+                      "student_objects.plain.__code__ = (lambda t: t).__code__\n",
                       library_flash()),
     "t13_reload": ("import importlib, torch.nn.functional\nimportlib.reload(torch.nn.functional)\n", library_flash()),
     "t14_profiler_left_on": ("import torch\ntorch.autograd.profiler.profile().__enter__()\n", library_flash()),
@@ -323,10 +324,10 @@ HIDE = {
     setattr(lib, "tuple", Shapeless("tuple", (), {}))''',
                             'setattr(lib, "max", real_max)\n    setattr(lib, "tuple", real_tuple)'),
     # the probes' own helpers, rebound while the forward runs and put back
-    "t23_memory_helpers": ('''probes = __import__("transformer_lm.sandboxed.probes", fromlist=["probes"])
-    real = probes._tensors_in, probes._reduced_length
-    probes._tensors_in, probes._reduced_length = (lambda value: []), (lambda *args: 0)''',
-                           "probes._tensors_in, probes._reduced_length = real"),
+    "t23_memory_helpers": ('''helpers = __import__("transformer_lm.sandboxed.tensor_trace", fromlist=["helpers"])
+    real = helpers.tensors_in, helpers._reduced_length
+    helpers.tensors_in, helpers._reduced_length = (lambda value: []), (lambda *args: 0)''',
+                           "helpers.tensors_in, helpers._reduced_length = real"),
     # every storage made to say it lives where the inputs do, so none looks new
     "t24_memory_storage": ('''storages, name = torch.UntypedStorage, "rtp_atad"[::-1]
     real = getattr(storages, name)

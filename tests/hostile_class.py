@@ -220,7 +220,7 @@ def with_demo_outputs(notebook: dict) -> dict:
 LEAK_BY_NAME = '''def softmax_stable(x):
     raise type("LE" + f"AK{x.shape[-1]}Error", (ValueError,), {})("LE" + f"AK {tuple(x.shape)}")
 '''
-LEAK_BY_PROBE_ERROR = '''from transformer_lm.sandboxed.probes import ProbeError
+LEAK_BY_PROBE_ERROR = '''from transformer_lm.sandboxed.student_objects import ProbeError
 
 
 def softmax_stable(x):

@@ -114,15 +114,15 @@ def test_probe_messages_name_no_type_or_exception_the_students_code_chose():
     that code made (``type(...)`` can make any), and names the student chose (their parameters) go
     to the detail that only the visible checks show."""
     from transformer_lm.judging import RaisesJudge
-    from transformer_lm.sandboxed import probes
+    from transformer_lm.sandboxed import student_objects
 
     made = type("Shape3x7Error", (ValueError,), {})
-    assert probes.builtin_exception(made()) == "ValueError"
-    assert probes.builtin_exception(type("Anything", (Exception,), {})()) == "Exception"
-    assert probes.kind_of(torch.zeros(1)) == "torch.Tensor" and probes.kind_of(None) == "None"
-    assert probes.kind_of(type("Shape3x7", (), {})()) == "an object of a class of your own"
-    with pytest.raises(probes.ProbeError) as raised:
-        probes.load_parameters(nn.Linear(2, 3), {"W_query": torch.zeros(3, 2)})
+    assert student_objects.builtin_exception(made()) == "ValueError"
+    assert student_objects.builtin_exception(type("Anything", (Exception,), {})()) == "Exception"
+    assert student_objects.kind_of(torch.zeros(1)) == "torch.Tensor" and student_objects.kind_of(None) == "None"
+    assert student_objects.kind_of(type("Shape3x7", (), {})()) == "an object of a class of your own"
+    with pytest.raises(student_objects.ProbeError) as raised:
+        student_objects.load_parameters(nn.Linear(2, 3), {"W_query": torch.zeros(3, 2)})
     assert "weight" not in raised.value.args[0] and "It has: weight (3, 2), bias (3,)." in str(raised.value)
     judge = RaisesJudge("MultiHeadAttention", {"d_out": 5, "num_heads": 2})
     assert judge(None, "ValueError", True).status == "passed"

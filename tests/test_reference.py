@@ -192,26 +192,26 @@ def test_causal_tiles_skip_the_key_blocks_in_the_future():
 def test_the_tensor_trace_sees_the_full_score_matrix_of_plain_attention_and_not_of_the_tiled_one():
     """What the memory checks of tiled attention judge: the largest tensor created, the widest
     reduction, what autograd saves and what stays alive, whatever code made them."""
-    from transformer_lm.sandboxed import probes
+    from transformer_lm.sandboxed import tensor_trace
 
     q, k, v = (torch.randn(1, 2, 64, 8, requires_grad=True) for _ in "qkv")
-    with probes.trace_tensors() as plain:
+    with tensor_trace.trace_tensors() as plain:
         reference.scaled_dot_product_attention(q, k, v).output.sum().backward()
-    with probes.trace_tensors() as tiled:
+    with tensor_trace.trace_tensors() as tiled:
         out = reference.FlashAttention.apply(q, k, v, False, 16, 16)
     assert plain.largest[-2:] == (64, 64) and (1, 2, 64, 64) in plain.saved and plain.widest >= 64
-    assert probes._numel(tiled.largest) < 64 * 64 and tiled.widest == 16
+    assert tensor_trace._numel(tiled.largest) < 64 * 64 and tiled.widest == 16
     assert sorted(tiled.saved) == sorted([(1, 2, 64, 8)] * 4 + [(1, 2, 64)])   # q, k, v, output, lse
     assert tiled.live_bytes == 4 * (out.numel() + 2 * 64)   # the output and the log-sum-exp stay alive
 
 
 def test_the_tensor_trace_counts_exponentials_and_a_causal_tiled_forward_computes_fewer():
-    from transformer_lm.sandboxed import probes
+    from transformer_lm.sandboxed import tensor_trace
 
     q, k, v = (torch.randn(1, 1, 64, 8) for _ in "qkv")
-    with probes.trace_tensors() as full:
+    with tensor_trace.trace_tensors() as full:
         reference.flash_forward(q, k, v, False, 16, 16)
-    with probes.trace_tensors() as causal:
+    with tensor_trace.trace_tensors() as causal:
         reference.flash_forward(q, k, v, True, 16, 16)
     assert causal.exponentials / full.exponentials == 10 / 16   # 10 of 16 tiles, and their rescaling
 

@@ -220,7 +220,7 @@ print("LEAKS", [h for h in {host!r} if any(h in text for text in seen)])
 
 def test_ctypes_makes_calls_and_shows_nothing_in_a_run(worker):
     """ctypes writes memory and calls C without an audit event, so a run disarms it before its
-    first cell (``guard.disarm_ctypes``); what ctypes does audit (an object at an address) ends
+    first cell (``type_objects.disarm_ctypes``); what ctypes does audit (an object at an address) ends
     the run as tampered."""
     control = subprocess.run([sys.executable, "-c", CTYPES], capture_output=True, text=True, check=True).stdout
     assert len(printed(control, "WORKED")) == 11, control

@@ -24,7 +24,7 @@ from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # 
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.prepared import Prepared
 from transformer_lm.random_weights import randomize  # noqa: F401 - for the test cells
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed.student_objects import ProbeError
 from transformer_lm.style import check_style  # noqa: F401 - for the test cells
 
 STORED = Path(__file__).parent / "data" / "visible_checks.safetensors"
@@ -66,7 +66,7 @@ def call_student(name: str, function, *args, **kwargs):
     except NotImplementedError:
         raise CheckFailed(f"TODO: {name} is not written yet (it raises NotImplementedError). "
                           "Fill in the cell marked YOUR CODE HERE above, run it, then run this check again.") from None
-    except probes.ProbeError as error:
+    except ProbeError as error:
         raise CheckFailed(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001 - any error of the answer is reported to the student
         raise CheckFailed(f"{name} raised {type(error).__name__}: {error}") from error

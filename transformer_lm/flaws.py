@@ -42,7 +42,7 @@ class GenerationFlaws:
 class TilingFlaws:
     """Ways attention computed tile by tile (assignment 05) can go wrong; the defaults are all correct.
     The first group changes the values; the second only what the computation holds or does, which
-    the memory checks see in a trace of what ran (:class:`transformer_lm.sandboxed.probes.TensorTrace`)."""
+    the memory checks see in a trace of what ran (:class:`transformer_lm.sandboxed.tensor_trace.TensorTrace`)."""
 
     total_not_rescaled: bool = False  # the running sum of exponentials kept when the maximum grows
     unguarded_rescale: bool = False  # exp(m_a - m) of two empty parts: exp(-inf - (-inf)) = nan

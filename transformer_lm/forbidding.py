@@ -8,8 +8,8 @@ marked ``forbidden`` by the grader for a call the notebook did not forbid.
 
 :func:`forbidding` looks twice, as the grader does: at the text of the answer (its class or
 function and, in a notebook, its whole cell, helpers beside it included), and at what runs while
-the checks inside the ``with`` block call it (:func:`transformer_lm.sandboxed.probes.trace_calls`), so a call reached
-through ``getattr`` or ``torch.ops`` is seen too. A call belongs to the answer when the answer's
+the checks inside the ``with`` block call it (:func:`transformer_lm.sandboxed.call_trace.trace_calls`), so a
+call reached through ``getattr`` or ``torch.ops`` is seen too. A call belongs to the answer when the answer's
 own code (or a helper it calls) made it, not when an answer it reuses did (``reuses``): that one
 is refused by its own test cell.
 """
@@ -23,7 +23,7 @@ import types
 import torch
 
 from transformer_lm.judging import CheckFailed
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import call_trace
 from transformer_lm.source_scan import answer_text, functions_of, mentioned_names
 
 SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
@@ -104,12 +104,12 @@ def forbidding(obj, forbids: tuple[str, ...], reuses: tuple = ()):
 
     runtime = runtime_names(forbids)
     failed = None
-    with probes.trace_calls(runtime, owner) as ran:
+    with call_trace.trace_calls(runtime, owner) as ran:
         try:
             yield
         except CheckFailed as problem:  # a forbidden call is named first: it is why the check failed
             failed = problem
-    if probes.UNTRACED in ran:
+    if call_trace.UNTRACED in ran:
         raise CheckFailed(f"{name} made a tensor with PyTorch's dispatcher hidden from the check (its tracing "
                           "turned off): the grader cannot see what such code runs or holds, and gives it no points.")
     made = sorted({runtime[call] for call, stacks in ran.items()

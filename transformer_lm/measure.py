@@ -3,7 +3,7 @@ assignment 05, its lecture and ``benchmarks/`` measure.
 
 On a CUDA device the peak is the allocator's own (``torch.cuda.max_memory_allocated``). On the
 CPU, PyTorch keeps no such count, so the peak is that of the tensors the call's operators create,
-alive at once (:class:`transformer_lm.sandboxed.probes.TensorTrace`): the inputs are not counted,
+alive at once (:class:`transformer_lm.sandboxed.tensor_trace.TensorTrace`): the inputs are not counted,
 and neither is memory outside tensors. The time is the best of ``repeats`` calls made without the
 trace, which slows every operator down.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import tensor_trace
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def peak_bytes(fn, *args, **kwargs) -> int:
         fn(*args, **kwargs)
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    with probes.trace_tensors() as trace:
+    with tensor_trace.trace_tensors() as trace:
         fn(*args, **kwargs)
     return trace.peak
 

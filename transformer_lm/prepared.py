@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from transformer_lm.judging import Verdict
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import probes, wire
 
 Judge = Callable[[dict[str, torch.Tensor], object, bool], Verdict]
 """``judge(record, value, values)``: a probe's tensors (or its plain value), judged; with
@@ -28,7 +28,7 @@ class ProbeCall:
 
     ``tensors`` maps an argument name to a tensor, or ``"<argument>/<key>"`` to one entry of
     a dict of tensors (``state/W_query.weight``, ``inputs/x``): see
-    :func:`transformer_lm.sandboxed.probes.flatten_arguments`.
+    :func:`transformer_lm.sandboxed.wire.flatten_arguments`.
     """
 
     probe: Callable
@@ -39,7 +39,7 @@ class ProbeCall:
     @classmethod
     def of(cls, probe: Callable, objects: dict[str, str], arguments: dict) -> ProbeCall:
         """The call of ``probe`` with ``arguments`` that may hold tensors and dicts of tensors."""
-        plain, tensors = probes.flatten_arguments(arguments)
+        plain, tensors = wire.flatten_arguments(arguments)
         return cls(probe, objects, plain, tensors)
 
     def plan(self) -> dict:
@@ -51,7 +51,7 @@ class ProbeCall:
 
     def run_here(self, namespace: dict) -> object:
         """Makes the call in this process, on the objects of ``namespace``, as the harness does."""
-        return probes.call_probe(self.plan(), namespace, self.tensors)
+        return wire.call_probe(self.plan(), namespace, self.tensors)
 
 
 @dataclass
@@ -63,5 +63,5 @@ class Prepared:
 
     def judge_result(self, result: object, values: bool) -> Verdict:
         """Judges what the probe returned (a record of tensors, or a plain value)."""
-        record = probes.as_record(result)
+        record = wire.as_record(result)
         return self.judge(record or {}, None if record is not None else result, values)

@@ -1,7 +1,7 @@
 """Judges of attention computed tile by tile (assignment 05): its values, and what the computation
 holds and does, judged from a trace of what ran.
 
-Memory and work are judged from a :class:`transformer_lm.sandboxed.probes.TensorTrace` of the
+Memory and work are judged from a :class:`transformer_lm.sandboxed.tensor_trace.TensorTrace` of the
 student's own call, so the judgement rests on what ran and not on what the code says:
 
 * no tensor of ``T_q * T_k`` numbers or more (:func:`full_matrix`), at sizes where every honest

@@ -11,7 +11,7 @@ journal to know what finished, and where a run that died (timeout, memory, segfa
 
 This package is copied into the sandbox on its own: it imports only the standard library, torch,
 safetensors, IPython and ``transformer_lm/sandboxed`` (the probes and how a call travels,
-:func:`transformer_lm.sandboxed.probes.call_probe`), never the grader, the hidden checks or the
+:func:`transformer_lm.sandboxed.wire.call_probe`), never the grader, the hidden checks or the
 reference. It judges nothing.
 
 A run of the plan's ``late`` probe calls gets the course's own code for the answers that those
@@ -33,9 +33,10 @@ from safetensors import TensorSpec, serialize
 from safetensors.torch import load_file
 
 import transformer_lm
-from transformer_lm.sandboxed import probes
+from transformer_lm.sandboxed import call_trace, probes, tensor_trace, wire
+from transformer_lm.sandboxed.student_objects import ProbeError, builtin_exception
 
-from . import guard, report
+from . import guard, refusals, report, traces, type_objects
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
@@ -56,29 +57,29 @@ def describe(error: BaseException) -> dict:
     A probe's message counts as the probe's only when no student code is on its traceback: student
     code can import ProbeError and raise it with any text."""
     frames = list(traceback.walk_tb(error.__traceback__))
-    if isinstance(error, probes.ProbeError) and all(f.f_code.co_filename.startswith(TRUSTED_FILES) for f, _ in frames):
+    if isinstance(error, ProbeError) and all(f.f_code.co_filename.startswith(TRUSTED_FILES) for f, _ in frames):
         return {"error": str(error.args[0])[:MAX_MESSAGE], "kind": "probe"}
     where = None
     for frame, line in frames:
-        match = guard.CELL_FILE.match(frame.f_code.co_filename)
+        match = traces.CELL_FILE.match(frame.f_code.co_filename)
         if match:
             where = [int(match.group(1)), line]
-    return {"error": probes.builtin_exception(error), "where": where}
+    return {"error": builtin_exception(error), "where": where}
 
 
 class CourseCode:
     """The course's reference (``transformer_lm.reference``, sent as text: it is not importable
     here) and its stand-ins for students' answers, in the assignment's API
     (``<checks_dir>/stand_ins/<assignment>.py``), both compiled under
-    :data:`~transformer_lm.sandboxed.probes.COURSE_CODE_FILE`."""
+    :data:`~transformer_lm.sandboxed.call_trace.COURSE_CODE_FILE`."""
 
     def __init__(self, code: dict):
         reference = types.ModuleType("transformer_lm.reference")
-        reference.__file__ = probes.COURSE_CODE_FILE
+        reference.__file__ = call_trace.COURSE_CODE_FILE
         sys.modules[reference.__name__] = reference  # dataclasses look their module up there
-        exec(compile(code["reference"], probes.COURSE_CODE_FILE, "exec"), reference.__dict__)
+        exec(compile(code["reference"], call_trace.COURSE_CODE_FILE, "exec"), reference.__dict__)
         transformer_lm.reference = reference
-        self.stand_ins = compile(code["stand_ins"], probes.COURSE_CODE_FILE, "exec")
+        self.stand_ins = compile(code["stand_ins"], call_trace.COURSE_CODE_FILE, "exec")
         self.names = set(code["names"])
 
     @contextlib.contextmanager
@@ -118,11 +119,11 @@ def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standin
     try:
         call = json.loads(call_text)
         owner = call.get("tensors_of", pid)
-        own = {name: tensors[probes.tensor_key(owner, name)] for name in call["tensor_keys"]}
+        own = {name: tensors[wire.tensor_key(owner, name)] for name in call["tensor_keys"]}
         with standing_in or contextlib.nullcontext(), witness(send, watched.get(pid)), trace[0](), trace[1]():
-            value = probes.call_probe(call, namespace, own)
+            value = wire.call_probe(call, namespace, own)
         checked()
-        record = probes.as_record(value)
+        record = wire.as_record(value)
         if record is not None:
             send_file(f"{pid}.safetensors", as_safetensors(record))
             send("probe_end", probe=pid, saved=True)
@@ -207,12 +208,12 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     tensors = types.MappingProxyType(load_file(inputs_path) if os.path.getsize(inputs_path) else {})
     send, send_file = report.senders(report_fd)
     shell = _shell()
-    trace = guard.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
-    probes.TRACE_FACTORY = guard.sealed_traces()
+    trace = traces.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
+    tensor_trace.TRACE_FACTORY = traces.sealed_traces()
     watched = types.MappingProxyType({pid: tuple(names) for pid, names in plan["watch"].items()})
     io = (send, send_file, guard.checker(send, guard.snapshot()), trace, watched)
-    guard.disarm_ctypes()
-    guard.install(send)
+    type_objects.disarm_ctypes()
+    refusals.install(send)
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:
             run_cell(shell, cell, send)
@@ -252,7 +253,7 @@ def warm_up() -> None:
 
     from transformer_lm.sandboxed import test_values, viz  # noqa: F401
 
-    with probes.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s
+    with call_trace.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s
         probes.probe_module(_Tiny, init={}, state={}, inputs={"x": torch.ones(2, 3, 4)}, grad_output=torch.ones(2, 3, 4))
     guard.prepare(probe.__code__)
 

@@ -1,5 +1,5 @@
 """What a call holds and starts outside PyTorch's operators, which the dispatch trace
-(:class:`transformer_lm.sandboxed.probes.TensorTrace`) cannot see: NumPy arrays, Python lists and
+(:class:`transformer_lm.sandboxed.tensor_trace.TensorTrace`) cannot see: NumPy arrays, Python lists and
 numbers, memory maps, and other processes.
 
 Memory is measured with :mod:`tracemalloc`, which counts every allocation of Python objects and of

@@ -1,0 +1,90 @@
+"""What a run may not do, and how it is stopped: the audit hook (:func:`install`), which ends the
+run on what only an attack does and refuses what a grading run has no use for, and the functions
+that no audit event covers, replaced by refusals (:data:`REFUSED_FUNCTIONS`).
+
+See :mod:`harness.guard` for the whole of the guard and why each part is there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from transformer_lm.sandboxed import outside
+
+from .guard import TAMPERED_EXIT, trusted_code
+from .sealed_code import GUARD_MARK, replace_everywhere
+from .type_objects import freeze
+
+ATTACKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+                     "sys._current_frames"})
+"""Audit events only an attack raises (besides every ``ctypes.*`` event)."""
+REFUSED = outside.PROCESS_EVENTS | {"_thread.start_new_thread", "mmap.__new__"}
+"""Audit events a grading run refuses: a run makes no processes and no threads, and maps no memory
+(which no measure of what a call holds would count)."""
+FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+
+
+def install(send) -> None:
+    """Adds the run's audit hook (what it ends and refuses: :mod:`harness.guard`'s docstring).
+    Everything it uses is its own, out of reach; it reports with ``send(event, **fields)`` before it ends a run."""
+    exit_, modules, attacks, refused, parts, mark = os._exit, sys.modules, ATTACKS, REFUSED, FUNCTION_PARTS, GUARD_MARK
+    loaded = frozenset(modules)  # taken out of sys.modules and loaded again is loaded again
+    trusted, getframe, freezing = trusted_code(), sys._getframe, freeze.__code__
+
+    def tamper(what: str):
+        with contextlib.suppress(BaseException):
+            send("tampered", what=what)
+        exit_(TAMPERED_EXIT)
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith("ctypes.") and getframe(1).f_code is freezing:
+            return  # the grader freezing a trace's class of its own
+        if event.startswith("ctypes.") or event in attacks:
+            tamper(event)
+        elif event in refused:
+            with contextlib.suppress(BaseException):
+                send("refused", what=event)
+            raise PermissionError(f"a grading run starts no processes or threads and maps no memory ({event})")
+        elif event in ("object.__setattr__", "object.__delattr__") and args[1] in parts and (
+                args[1] == "__code__" or getattr(args[0], "__code__", None) in trusted):
+            tamper(f"{event} {args[1]}")  # namedtuple sets its own functions' defaults: only the grader's are kept
+        elif event == "object.__getattr__" and args[1] == "__code__" and getattr(args[0], "__globals__", None) is mark:
+            tamper("reading a guard's code")
+        elif event == "import" and (args[0] in modules or args[0] in loaded):
+            tamper(f"loading {args[0]} again")
+
+    _refuse(REFUSED_FUNCTIONS)
+    sys.addaudithook(hook)
+
+
+REFUSED_FUNCTIONS = {"_thread": ("start_new_thread", "start_new"), "_posixsubprocess": ("fork_exec",),
+                     "_signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
+                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
+                     "_tracemalloc": ("start", "stop", "clear_traces", "reset_peak")}
+"""What a grading run has no use for, and that no audit event covers: starting a thread (its code
+would run beside the probes, outside their view), starting a program past ``subprocess``'s audit
+event, handling signals (a handler runs in the middle of the grader's own code), and switching
+``tracemalloc``, which measures what a call holds outside torch
+(:mod:`transformer_lm.sandboxed.outside` keeps its own references)."""
+
+
+def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
+    """Replaces each of ``functions`` (module name -> names), wherever a loaded module holds it, by
+    a function that refuses; the originals are dropped (loading their module again is refused)."""
+    found = {}
+    for module, names in functions.items():
+        for name in names:
+            original = getattr(sys.modules.get(module), name, None)
+            if original is not None:
+                found[id(original)] = (original, _refusal(f"{module}.{name}"))
+    replace_everywhere(found)
+
+
+def _refusal(name: str):
+    def refused(*args, **kwargs):
+        raise PermissionError(f"a grading run starts no threads or programs, handles no signals and leaves "
+                              f"tracemalloc to the grader ({name})")
+
+    return refused

@@ -1,0 +1,122 @@
+"""Which torch functions and ATen operators ran, and from which notebook cells: the trace that
+judges what a student's answer may not call (``scaled_dot_product_attention`` where the task is to
+write attention), by what runs rather than by the names its text mentions.
+
+The trusted side runs it in the student's kernel (:mod:`transformer_lm.forbidding`); in the grading
+sandbox the harness builds its own frozen modes on :func:`made_untraced`, :data:`UNTRACED` and
+:data:`COURSE_CODE_FILE`, which the trusted side reads back (:data:`COURSE_CODE_CELL`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from transformer_lm.sandboxed.tensor_trace import tensors_in
+
+
+MAX_TRACED_STACKS = 20
+"""Distinct stacks kept per watched name: enough to tell who called it."""
+
+
+UNTRACED = "<untraced>"
+"""The name :func:`trace_calls` notes a torch function under when it returned a tensor of new memory
+and no ATen operator ran: the dispatcher's tracing was turned off around it."""
+
+
+def made_untraced(name: str, result, args, kwargs: dict, _list=list,
+                  _error=(RuntimeError, NotImplementedError)) -> bool:
+    """Whether the torch function ``name`` made a tensor (its ``result`` holds one whose memory none
+    of its arguments had), though no operator passed the dispatch trace while it ran: returning an
+    argument (``x.float()`` of a float tensor) or a view of one makes nothing, and neither does
+    reading an attribute (``__get__``: ``x.grad``). A tensor without plain storage (a sparse one)
+    is left out."""
+    def pointers(value) -> set[int]:
+        found = set()
+        for tensor in tensors_in(value):
+            try:
+                if tensor.numel():
+                    found.add(tensor.untyped_storage().data_ptr())
+            except _error:
+                continue
+        return found
+    return name != "__get__" and bool(pointers(result) - pointers(_list(args) + _list(kwargs.values())))
+
+
+class _Watch:
+    """What both modes share: the watched names, and for each one seen, the notebook cells that
+    were on the Python stack when it ran (innermost first), as ``cell_of(frame)`` names them; and
+    how many operators the dispatch mode has seen, so that a torch function whose work bypassed
+    it is noted as :data:`UNTRACED`."""
+
+    def __init__(self, names: frozenset[str], cell_of):
+        self.names, self.cell_of = names | {UNTRACED}, cell_of
+        self.seen: dict[str, set[tuple[int, ...]]] = {}
+        self.operators = 0
+
+    def note(self, name: str) -> None:
+        if name not in self.names:
+            return
+        stacks = self.seen.setdefault(name, set())
+        if len(stacks) >= MAX_TRACED_STACKS:
+            return
+        cells, frame = [], sys._getframe(2)
+        while frame is not None:
+            cell = self.cell_of(frame)
+            if cell is not None and cell not in cells:
+                cells.append(cell)
+            frame = frame.f_back
+        stacks.add(tuple(cells))
+
+
+class _FunctionNames(TorchFunctionMode):
+    """Sees every torch function called (``softmax``, ``scaled_dot_product_attention``,
+    ``multi_head_attention_forward``), whichever Python name or route reached it."""
+
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        watch, name = self.watch, getattr(func, "__name__", "")
+        watch.note(name)
+        before = watch.operators
+        result = func(*args, **(kwargs or {}))
+        if watch.operators == before and made_untraced(name, result, args, kwargs or {}):
+            watch.note(UNTRACED)
+        return result
+
+
+class _OperatorNames(TorchDispatchMode):
+    """Sees every ATen operator that runs (``aten::_softmax``), forward and backward."""
+
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.watch.operators += 1
+        self.watch.note(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def trace_calls(names, cell_of):
+    """Watches the torch functions and ATen operators (``aten::<name>``) of ``names`` while the
+    block runs, and yields ``{name: {cells on the stack, innermost first}}`` for those that ran;
+    ``cell_of(frame)`` tells which notebook cell (or answer) a Python frame's code is, or None. What runs
+    is judged this way, not by the names an answer's text mentions, so ``getattr(F,
+    "scaled_dot_" + "product_attention")``, ``torch.ops.aten`` and a helper defined in another
+    cell are all seen, and the cell that made the call is known."""
+    watch = _Watch(frozenset(names), cell_of)
+    with _FunctionNames(watch), _OperatorNames(watch):
+        yield watch.seen
+
+
+COURSE_CODE_FILE = "<the course's code>"
+"""The file name the course's reference and stand-ins run under in the sandbox (never a notebook cell)."""
+COURSE_CODE_CELL = -1
+"""What a trace records for a frame of the course's code: it owns the calls made inside it."""
