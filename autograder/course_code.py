@@ -147,8 +147,8 @@ def _in_order(trees: dict[str, ast.Module]) -> list[str]:
             raise ValueError(f"{REFERENCE_PACKAGE}: its modules import one another: {' -> '.join(trail + [name])}")
         if name not in order:
             for node in trees[name].body:
-                if _sibling(node) is not None:
-                    visit(_sibling(node), trail + [name])
+                if (sibling := _sibling(node)) is not None:
+                    visit(sibling, trail + [name])
             order.append(name)
 
     for name in sorted(trees):

@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import load
 
 from autograder import sandbox
-from transformer_lm.sandboxed import call_trace, probes, student_objects, tensor_trace, wire
+from transformer_lm import sandboxed
 
 MAX_RECORD_BYTES = 16 * 2**20
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-VOCABULARY = frozenset(word for module in (probes, student_objects, wire, tensor_trace, call_trace)
-                       for word in WORD.findall(Path(module.__file__).read_text()))
+VOCABULARY = frozenset(word for name in sandboxed.PROBE_MODULES
+                       for word in WORD.findall((Path(sandboxed.__file__).parent / f"{name}.py").read_text()))
 """The words of the probes' own messages: every word of the probes' modules, those of their traces
 included (a message may name a type that only their code spells out, such as ``frozenset``)."""
 

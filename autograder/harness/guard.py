@@ -37,6 +37,7 @@ modules named above.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -46,7 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from transformer_lm.sandboxed import call_trace, outside, probes, student_objects, tensor_trace, wire
+from transformer_lm import sandboxed
 
 from .sealed_code import GUARD_CODE, MADE_CODE, replace_everywhere, with_constants
 from .type_objects import freeze
@@ -88,10 +89,10 @@ def _codes(objects) -> set[types.CodeType]:
     return codes
 
 
-SANDBOXED_OWN = frozenset(module.__name__ for module in (probes, student_objects, tensor_trace, call_trace, wire,
-                                                         outside))
-"""The grader's own modules of ``transformer_lm/sandboxed``: the probes, what they do with a student's
-objects, their traces, how a call reaches them, and what they measure outside torch."""
+SANDBOXED_OWN = frozenset(importlib.import_module(f"{sandboxed.__name__}.{name}").__name__
+                          for name in (*sandboxed.PROBE_MODULES, "outside"))
+"""The grader's own modules of ``transformer_lm/sandboxed``: the probes' modules, and what they measure
+outside torch. Imported here, so that each is loaded before :func:`snapshot` walks them."""
 
 
 def _own(name: str) -> bool:
