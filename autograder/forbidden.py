@@ -1,4 +1,5 @@
-"""What an item forbids (the library function its exercise asks students to write), found twice.
+"""What an item forbids (the library function its exercise asks students to write): absent from the
+run that checks it (:func:`absent_from_run`), and found twice.
 
 Before anything runs, in the answer's text: :func:`found_in_text`, preflight's early, named
 message. While the answer is checked, in what ran: :func:`found_in_trace` reads the names that
@@ -9,7 +10,7 @@ helper in another cell is found too. Both run in the trusted process.
 
 from __future__ import annotations
 
-from transformer_lm.forbidding import forbidden_name, runtime_names
+from transformer_lm.forbidding import forbidden_name, name_fragments, runtime_names
 
 
 def found_in_text(forbids: tuple[str, ...], mentioned: set[str]) -> list[str]:
@@ -40,8 +41,9 @@ def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]
                   if not found or any(owner == own_cell or owner not in excused for owner in found))
 
 
-def found_by_witness(forbids: tuple[str, ...], witnessed: set[str]) -> list[str]:
-    """The forbidden names among the ATen operators that PyTorch's profiler saw while the answer was
-    checked (it sees no cells, so nothing is excused by them)."""
-    names = runtime_names(forbids)
-    return sorted({names[op] for op in witnessed if op in names})
+def absent_from_run(forbids: tuple[str, ...]) -> dict[str, list[str]]:
+    """What a run that checks an item forbidding ``forbids`` takes out of PyTorch before any student
+    code (:mod:`autograder.harness.absence`): every ATen operator of the forbidden calls' families,
+    and the name fragments of torch's Python re-implementations of them."""
+    return {"operators": sorted(name for name in runtime_names(forbids) if "::" in name),
+            "fragments": sorted(name_fragments(forbids))}

@@ -20,6 +20,7 @@ from autograder.cells import answer_cells, answers
 from autograder.config import Autograder
 from autograder.course import Course
 from autograder.faults import log_fault
+from autograder.forbidden import absent_from_run
 from autograder.judge import judge_item
 from autograder.notebook_data import read_notebook
 from autograder.preflight import Preflight, preflight
@@ -82,10 +83,7 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         late = {pid for pid, gid in assignment.probe_item.items()
                 if pid in assignment.stand_ins and gid in _late_items(assignment, notebook, pre, run)}
         if late:
-            second = _run(assignment, pre, late, worker)
-            run.outcomes.update(second.outcomes)
-            run.tampering += second.tampering
-            run.refused += second.refused
+            run.merge(_run(assignment, pre, late, worker))
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
         pre.flags.extend(f"Refused: while it was graded, the notebook's code tried {what}, which a grading run does not "
                          "allow (a process, a thread or a memory map); the call raised PermissionError."
@@ -97,15 +95,24 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
 
 
 def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.Worker) -> runner.RunResult:
-    """A run of the probes ``pids`` of one notebook (those with stand-ins, with the course's code)."""
+    """The runs of the probes ``pids`` of one notebook (those with stand-ins, with the course's code):
+    one run for each set of forbidden calls and memory cap, so that what an item forbids is absent
+    from the run that checks it (a later item may use it) and a capped check runs under its cap."""
     forbids = {item.grade_id: item.forbids for items in assignment.items.values() for item in items}
-    prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in pids}
-    answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in prepared}
-    watch = {pid: sorted(runtime_names(forbids[assignment.probe_item[pid]])) for pid in prepared
-             if forbids[assignment.probe_item[pid]]}
-    stand_ins = {pid: assignment.stand_ins[pid] for pid in prepared if pid in assignment.stand_ins}
-    code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
-    return runner.run_submission(pre, prepared, answers, worker, watch, stand_ins, code)
+    groups: dict[tuple[tuple[str, ...], int], set[str]] = {}
+    for pid in pids:
+        key = (forbids[assignment.probe_item[pid]], assignment.prepared[pid].memory_cap)
+        groups.setdefault(key, set()).add(pid)
+    result = runner.RunResult()
+    for (forbidden, cap), group in sorted(groups.items()):
+        prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in group}
+        answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in prepared}
+        watch = {pid: sorted(runtime_names(forbidden)) for pid in prepared} if forbidden else {}
+        stand_ins = {pid: assignment.stand_ins[pid] for pid in prepared if pid in assignment.stand_ins}
+        code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
+        limits = runner.RunLimits(absent=absent_from_run(forbidden), memory_cap=cap)
+        result.merge(runner.run_submission(pre, prepared, answers, worker, watch, stand_ins, code, limits))
+    return result
 
 
 def _late_items(assignment: Assignment, notebook: str, pre: Preflight, run: runner.RunResult) -> set[str]:

@@ -61,8 +61,6 @@ class Reading:
     """Each step that started and ended, with its end event."""
     ran: dict[str, dict[str, list[tuple[int, ...]]]] = field(default_factory=dict)
     """For each probe, each watched name it ran, with the cells on the stack (innermost first)."""
-    witnessed: dict[str, set[str]] = field(default_factory=dict)
-    """For each probe that watched names, the ATen operators of them that PyTorch's profiler saw."""
     open_step: tuple[str, object] | None = None
     """The step that started and did not end."""
     step_started: float = 0.0
@@ -118,8 +116,6 @@ def read(events: list[dict], plan: dict) -> Reading:
         _, end, key = kinds[step[0]]
         if name == "ran" and step[0] == "probe":
             _note(reading.ran.setdefault(step[1], {}), event, counts)
-        elif name == "witnessed" and step[0] == "probe" and isinstance(event.get("names"), list):
-            reading.witnessed[step[1]] = {n for n in event["names"] if isinstance(n, str)}
         elif name == end and event.get(key) == step[1]:
             reading.ended.append((step, event))
             reading.open_step = None

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from autograder import runner
 from autograder.assignment import WITH_COURSE_CODE, Assignment
-from autograder.forbidden import found_by_witness, found_in_trace
+from autograder.forbidden import found_in_trace
 from autograder.preflight import Preflight
 from autograder.results import NOT_WRITTEN, ItemResult
-from autograder.spec import Item
-from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL, UNTRACED
+from autograder.spec import Explains, Item
+from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL
 from transformer_lm.style import style_problems
 
 
@@ -49,30 +49,21 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
 
 def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
                   passed: ItemResult, charged: set[int], flags: list[str]) -> ItemResult:
-    """``passed`` when every probe of ``pids`` passes; otherwise the first problem, as a result.
-    ``charged``: the answer cells of earlier items charged with a forbidden call; what the
-    instructor should know (tampering, a forbidden call) is added to ``flags``."""
+    """``passed`` when every probe of ``pids`` (one per check of the item, in order) passes;
+    otherwise the first problem, as a result. A check that only explains (:class:`Explains`) never
+    fails the item: its failure names the mistake of a failure found otherwise. ``charged``: the
+    answer cells of earlier items charged with a forbidden call; what the instructor should know
+    (a forbidden call) is added to ``flags``."""
     answer = pre.answer(item.answer_id)
     answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
     failed = replace(passed, status="failed")
-    for pid in pids:
+    explanation = None
+    first = None
+    for check, pid in zip(item.checks, pids):
         outcome = run.outcomes[pid]
-        if UNTRACED in outcome.ran:
-            note = (f"Tampering: while answer {item.answer_id!r} was checked, a torch function made a tensor while no "
-                    "operator passed the grader's trace: the dispatcher's tracing was turned off around it.")
-            if note not in flags:
-                flags.append(note)
-            return replace(failed, status="tampered", message="While it was checked, the answer computed with "
-                           "PyTorch's dispatcher hidden from the grader, which then cannot see what it ran or held.")
         used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells,
                               charged | {COURSE_CODE_CELL})
-        unseen = [] if outcome.ran else found_by_witness(item.forbids, outcome.witnessed)
-        note = (f"Tampering: while answer {item.answer_id!r} was checked, PyTorch's profiler saw {', '.join(unseen)} "
-                f"run, and the grader's trace saw nothing: the trace was turned off.")
-        if unseen and note not in flags:
-            flags.append(note)
-        if used or unseen:
-            used = used or unseen
+        if used:
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
                     f"(seen in what ran, not in its text).")
             if flag not in flags:
@@ -80,22 +71,52 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
             return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
                            f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
                            "(the grader sees the operations that run, whatever name reached them).")
-        if outcome.status == "todo":
-            return replace(failed, message=f"{NOT_WRITTEN}: the answer still raises NotImplementedError.")
-        if outcome.status != "ok":
-            problem = run.cell_problems.get(answer.index) if answer else None
-            message = outcome.message
-            if problem and outcome.status == "error" and "Your answer cell" not in message:
-                message = f"Your answer cell failed: {problem}"
-            return replace(failed, status=outcome.status, message=message)
-        try:
-            verdict = assignment.prepared[pid].judge(outcome.record or {}, outcome.value, False)
-        except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
-            return replace(failed, status="error", message=f"The result could not be compared: {error}")
-        if not verdict.passed:
-            return replace(failed, message=verdict.message, hint=verdict.hint,
-                           mistake=verdict.mistake.title if verdict.mistake else None)
-    return passed
+        if outcome.status == "forbidden":
+            flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it called a library function that "
+                    "the item forbids, which is absent from the run that checks it.")
+            if flag not in flags:
+                flags.append(flag)
+            return replace(failed, status="forbidden", message="While it was checked, the answer called the library "
+                           "version of what this exercise asks you to write yourself (it is not available while the "
+                           "item is graded).")
+        problem = _probe_problem(item, pid, outcome, assignment, pre, run, failed)
+        if problem is None:
+            continue
+        if isinstance(check, Explains):
+            explanation = explanation or (problem if problem.status == "failed" else None)
+        elif first is None:
+            first = problem
+    if first is None:
+        return passed
+    if explanation is not None and first.status in ("failed", "error", "killed"):
+        return replace(first, status="failed", message=f"{first.message} {explanation.message}",
+                       hint=explanation.hint or first.hint, mistake=explanation.mistake or first.mistake)
+    return first
+
+
+def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignment: Assignment, pre: Preflight,
+                   run: runner.RunResult, failed: ItemResult) -> ItemResult | None:
+    """What is wrong with one probe's outcome, as a result; None when it passed."""
+    answer = pre.answer(item.answer_id)
+    prepared = assignment.prepared[pid]
+    if outcome.status == "todo":
+        return replace(failed, message=f"{NOT_WRITTEN}: the answer still raises NotImplementedError.")
+    if outcome.status != "ok":
+        problem = run.cell_problems.get(answer.index) if answer else None
+        message = outcome.message
+        if prepared.on_error and outcome.status in ("error", "killed"):
+            return replace(failed, message=f"{prepared.on_error} ({outcome.status}: {message})")
+        if problem and outcome.status == "error" and "Your answer cell" not in message:
+            message = f"Your answer cell failed: {problem}"
+        return replace(failed, status=outcome.status, message=message)
+    try:
+        verdict = prepared.judge(outcome.record or {}, outcome.value, False)
+    except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
+        return replace(failed, status="error", message=f"The result could not be compared: {error}")
+    if not verdict.passed:
+        return replace(failed, message=verdict.message, hint=verdict.hint,
+                       mistake=verdict.mistake.title if verdict.mistake else None)
+    return None
 
 
 def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: Preflight, run: runner.RunResult,

@@ -47,6 +47,9 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
             plan["cells"].append({"index": cell.index, "source": cell.source if runs else "", "probes": probes_here})
             if not runs:
                 plan["skip_cells"].append(cell.index)
+    if not late:  # no probe follows the last cell with probes: the cells after it change nothing
+        while plan["cells"] and not plan["cells"][-1]["probes"]:
+            plan["cells"].pop()
     tensors, first_of = {}, {}
     for pid, prep in prepared.items():
         plan["calls"][pid] = prep.call.plan()

@@ -68,7 +68,6 @@ class ProbeOutcome:
     record: dict[str, torch.Tensor] | None = None
     value: object = None
     ran: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
-    witnessed: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -82,6 +81,26 @@ class RunResult:
     attempts: int = 0
     tampering: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+
+    def merge(self, other: RunResult) -> None:
+        """Adds what another run of the same notebook found (its probes are others)."""
+        self.outcomes.update(other.outcomes)
+        for index, problem in other.cell_problems.items():
+            self.cell_problems.setdefault(index, problem)
+        self.output += other.output
+        self.attempts += other.attempts
+        self.tampering += other.tampering
+        self.refused += other.refused
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What a run takes away before the notebook's first cell: the forbidden calls' kernels and
+    re-implementations (``absent``, see :func:`autograder.forbidden.absent_from_run`), and memory
+    beyond ``memory_cap`` bytes more than it then holds (0: no cap beyond the settings')."""
+
+    absent: dict = field(default_factory=dict)
+    memory_cap: int = 0
 
 
 def sandbox_library(folder: Path) -> Path:
@@ -205,7 +224,8 @@ class Worker:
 
 def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str, str],
                    worker: Worker, watch: dict[str, list[str]] | None = None,
-                   stand_ins: dict[str, list[str]] | None = None, course_code: dict[str, dict] | None = None) -> RunResult:
+                   stand_ins: dict[str, list[str]] | None = None, course_code: dict[str, dict] | None = None,
+                   limits: RunLimits = RunLimits()) -> RunResult:
     """Runs one notebook's code and probe calls in the worker's sandbox.
 
     ``prepared`` maps a probe id to its prepared check; ``probe_cells`` maps a probe id to
@@ -214,12 +234,13 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     ``stand_ins`` maps a probe id to the names the course's code stands in for during it, and
     ``course_code`` maps it to that code: those probes run after the last cell, one stage of
     probes with the same code after another, each stage's code given to the run only once every
-    probe before it has ended (see :class:`Stages`). A run that dies is run again without the cell
-    or probe that killed it, as long as attempts and total time remain.
+    probe before it has ended (see :class:`Stages`). ``limits`` says what the run takes away before
+    the first cell. A run that dies is run again without the cell or probe that killed it, as long
+    as attempts and total time remain.
     """
     settings = worker.settings
     attempts = _Attempts(pre, prepared, probe_cells, worker, stand_ins or {}, course_code or {})
-    attempts.plan["watch"] = watch or {}
+    attempts.plan.update(watch=watch or {}, absent=limits.absent, memory_cap=limits.memory_cap)
     result = attempts.result
     deadline = time.monotonic() + settings.total_seconds
     for attempt in range(settings.max_attempts):
@@ -311,7 +332,7 @@ class _Attempts:
                     result.cell_problems[ident] = self._message(event, reading)
                 continue
             if event.get("error"):
-                status = "todo" if event.get("kind") == "todo" else "error"
+                status = {"todo": "todo", "absent": "forbidden"}.get(event.get("kind"), "error")
                 outcome = ProbeOutcome(status, self._message(event, reading))
             elif event.get("saved"):
                 record, problem = load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
@@ -319,7 +340,6 @@ class _Attempts:
             else:
                 outcome = ProbeOutcome("ok", value=event.get("value"))
             outcome.ran = reading.ran.get(ident, {})
-            outcome.witnessed = reading.witnessed.get(ident, set())
             result.outcomes[ident] = outcome
 
     def _message(self, event: dict, reading: journal.Reading) -> str:

@@ -12,7 +12,10 @@ a module that defines ``ITEMS``: one :class:`Item` per graded answer. An item na
 * ``defines`` and ``builds_on``: the names of the objects the answer defines, and the earlier
   items whose answers it uses (one mistake costs points once: see below).
 
-All checks of an item must pass for its points; the first one that fails explains why.
+All checks of an item must pass for its points; the first one that fails explains why. A check
+wrapped in :class:`Explains` never costs a point: it reads what the run reports about itself (a
+trace of its operators), which the run's own code could forge, so it only names why an item failed
+on a fact from outside the run (its outputs, a memory cap the kernel enforces).
 Tolerances are the course's policy (:data:`transformer_lm.judging.RTOL`, ``ATOL``) unless a
 check says otherwise.
 
@@ -29,6 +32,17 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass
 
 from transformer_lm.kinds import CheckKind
+
+
+@dataclass(frozen=True)
+class Explains:
+    """A check that only explains: when an item fails on another check, this one's failure (the
+    line that held the whole matrix, the tile too many) names the mistake; alone, it costs nothing."""
+
+    check: CheckKind
+
+    def prepare(self, generator):
+        return self.check.prepare(generator)
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,20 @@ def forbidden_name(path: str) -> str:
 
 
 FAMILIES = {"softmax": ("softmax",),
-            "scaled_dot_product_attention": ("scaled_dot_product", "flash_attention", "efficient_attention"),
+            "scaled_dot_product_attention": ("scaled_dot_product", "flash_attention", "efficient_attention",
+                                             "flex_attention"),
             "MultiheadAttention": ("multi_head_attention", "transformer_encoder"),
             "multi_head_attention_forward": ("multi_head_attention", "transformer_encoder")}
 """What the names of a forbidden call's ATen operators contain: the public operator, and its private
 kernels and fallbacks (the CPU flash kernel, the math fallback, the safe and masked softmax,
 ``log_softmax``) with their backward operators."""
+
+
+def name_fragments(forbids: tuple[str, ...]) -> set[str]:
+    """What the names of a forbidden call's functions, classes and operators contain: its own name
+    and its :data:`FAMILIES`."""
+    return {fragment for name in {forbidden_name(path) for path in forbids}
+            for fragment in (name, *FAMILIES.get(name, ()))}
 
 
 @functools.cache

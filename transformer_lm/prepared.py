@@ -56,10 +56,14 @@ class ProbeCall:
 
 @dataclass
 class Prepared:
-    """A check made concrete: the call to make and how to judge what comes back."""
+    """A check made concrete: the call to make and how to judge what comes back. A check with a
+    ``memory_cap`` runs in a run whose memory the kernel caps at that many bytes more than it held
+    before its first cell; ``on_error`` is what a call that failed there is told."""
 
     call: ProbeCall
     judge: Judge
+    memory_cap: int = 0
+    on_error: str = ""
 
     def judge_result(self, result: object, values: bool) -> Verdict:
         """Judges what the probe returned (a record of tensors, or a plain value)."""

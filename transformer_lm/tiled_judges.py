@@ -263,3 +263,33 @@ def kept_problem(record: dict, case: TileCase, call: str, allowed: int) -> Verdi
 
 
 JUDGES = (SoftmaxJudge, MemoryJudge, OutsideJudge, WorkJudge, FunctionJudge)
+
+
+@dataclass
+class PrefixJudge:
+    """Judges the rows before ``start`` of a record made with the keys from ``start`` on (one
+    block of them) poisoned with NaN: those rows must hold no NaN (a call that computed the
+    poisoned block for them, and masked it, has NaN there) and match ``expected``, exact attention
+    on the keys before ``start``, naming any of the ``candidates``' mistakes they match."""
+
+    call: str
+    start: int
+    expected: dict[str, torch.Tensor]
+    candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None
+
+    def rows(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor[..., :self.start] if name == "lse" else tensor[..., :self.start, :]
+
+    def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
+        judged = {name: self.rows(name, record[name]) for name in self.expected
+                  if name in record and record[name].dim() >= (1 if name == "lse" else 2)}
+        verdict = RecordJudge(self.expected, self.candidates, call=self.call)({**record, **judged}, value, values)
+        if verdict.passed or verdict.mistake is not None:
+            return verdict
+        if any(bool(torch.isnan(tensor).any()) for tensor in judged.values()):
+            future = next(m for m in catalog.tiling_mistakes("work") if m.name == "future_blocks_computed")
+            return Verdict("failed", f"{self.call}: rows 0 to {self.start - 1} see only keys before {self.start}, "
+                                     "yet came out NaN. The call computed the tiles of those NaN keys for queries "
+                                     "that the causal mask hides them from (a weight of 0 times NaN is NaN), "
+                                     "instead of skipping the key blocks wholly in a query block's future.", future)
+        return verdict

@@ -9,6 +9,7 @@ fixed seed, the grader from the course's secret.
 
 from __future__ import annotations
 
+import math
 from dataclasses import KW_ONLY, dataclass
 
 import torch
@@ -20,7 +21,7 @@ from transformer_lm.judging import RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, OutsideJudge,
-                                         SoftmaxJudge, TileCase, WorkJudge)
+                                         PrefixJudge, SoftmaxJudge, TileCase, WorkJudge)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -216,3 +217,114 @@ class FlashFunctionCheck:
         judge_function = FunctionJudge(call, case, expected_shape, self.judges == "gradients", expected, candidates,
                                        kept_allowed)
         return Prepared(ProbeCall.of(probes.probe_autograd_function, {"cls": self.object}, arguments), judge_function)
+
+
+def tiled_reference(tensors: dict[str, torch.Tensor], case: TileCase, gradients: bool) -> dict[str, torch.Tensor]:
+    """The reference's tiled attention computed in float64 (the whole matrix would not fit at the
+    sizes of a capped check): the output and the log-sum-exp, or with ``gradients`` the output and
+    the gradients of q, k and v, in float32."""
+    leaves = {name: tensors[name].double().requires_grad_(gradients) for name in "qkv"}
+    if not gradients:
+        with torch.no_grad():
+            out, lse = reference.flash_forward(*leaves.values(), case.causal, case.block_q, case.block_k)
+        return {"output": out.float(), "lse": lse.float()}
+    out = reference.FlashAttention.apply(*leaves.values(), case.causal, case.block_q, case.block_k)
+    out.backward(tensors["grad_output"].double())
+    return {"output": out.detach().float(), **{f"grad.{name}": leaf.grad.float() for name, leaf in leaves.items()}}
+
+
+def untraced_call(name: str, tensors: dict[str, torch.Tensor], case: TileCase, backward: bool) -> ProbeCall:
+    """The call of ``name`` on ``tensors`` at ``case``, untraced: the forward's output and
+    log-sum-exp, or with ``backward`` (``name`` an autograd Function) the output and the gradients
+    of q, k and v for the upstream gradient."""
+    if backward:
+        return ProbeCall.of(probes.probe_gradients, {"cls": name},
+                            {"q": tensors["q"], "k": tensors["k"], "v": tensors["v"],
+                             "arguments": [case.causal, case.block_q, case.block_k],
+                             "grad_output": tensors["grad_output"]})
+    return ProbeCall.of(probes.probe_parts, {"fn": name}, {"inputs": {n: tensors[n] for n in "qkv"},
+                                                           "parts": ["output", "lse"], "call_kwargs": case.options})
+
+
+def capped_candidates(tensors: dict[str, torch.Tensor], case: TileCase, backward: bool) -> dict:
+    """What each catalogued mistake of the values (the forward's, or the backward's gradients)
+    gives at a capped check's size, in float32: a capped call that fails by one of them names it,
+    and keeps its points where the values' own item was charged with it (one mistake costs once)."""
+    q, k, v = (tensors[name] for name in "qkv")
+    if backward:
+        return {m: {f"grad.{name}": g for name, g in zip("qkv", mistakes.flawed_flash_gradients(
+            q, k, v, tensors["grad_output"], case.causal, case.block_q, case.block_k, m.flaws))}
+            for m in catalog.tiling_mistakes("backward")}
+    with torch.no_grad():
+        return {m: dict(zip(("output", "lse"), mistakes.flawed_flash_forward(q, k, v, case.causal, case.block_q,
+                                                                           case.block_k, m.flaws)))
+                for m in catalog.tiling_mistakes("causal" if case.causal else "forward")}
+
+
+@dataclass(frozen=True)
+class CappedCheck:
+    """``object`` (``flash_forward``, or with ``backward`` the autograd Function, whose backward
+    runs too) called at ``case``'s size, in a run whose memory the kernel caps at ``memory_cap``
+    bytes more than it held before its first cell (:mod:`autograder.harness.memory_cap`), and
+    judged by its values. The whole score matrix at that size, in any dtype or container, is many
+    times the cap; a tiled pass fits with room. The call is not traced: only the kernel and the
+    values judge it."""
+
+    object: str
+    case: TileCase
+    _: KW_ONLY
+    memory_cap: int
+    backward: bool = False
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        case, tensors = self.case, self.case.tensors(generator)
+        expected = tiled_reference(tensors, case, self.backward)
+        candidates = capped_candidates(tensors, case, self.backward)
+        scores = case.seq_q * case.seq_k * 4 / 2**20
+        what = f"the backward of {self.object}.apply" if self.backward else self.object
+        failure = (f"At T={case.seq_q} (one head's score matrix: {scores:,.0f} MiB in float32) {what} may hold "
+                   f"{self.memory_cap / 2**20:g} MiB more than the notebook held before it ran, a cap the kernel "
+                   "enforces; a tiled pass needs a fraction of that. The call failed under the cap: it holds the "
+                   "whole score matrix, or a whole row of scores for a block of queries, somewhere.")
+        call = untraced_call(self.object, tensors, case, self.backward)
+        judge_values = RecordJudge(expected, candidates, call=f"{case.call(what)}, under the memory cap",
+                                   passed=f"Correct: at T={case.seq_q} the call fits under the memory cap, with the "
+                                          "right values.")
+        return Prepared(call, judge_values, memory_cap=self.memory_cap, on_error=failure)
+
+
+@dataclass(frozen=True)
+class SkippedTilesCheck:
+    """Under the causal mask, ``object`` leaves alone the key blocks wholly in a query block's
+    future, judged by its values alone: one key block (drawn from the secret, never the first) is
+    filled with NaN in k and v. The query blocks before it never see those keys, so their rows must
+    come out equal to exact attention on the keys before it; a call that computes that block for
+    them and masks it makes them NaN, since a zero weight times NaN is NaN. With ``backward``,
+    ``object`` is the autograd Function and the rows of q's gradient are judged so."""
+
+    object: str
+    case: TileCase
+    _: KW_ONLY
+    backward: bool = False
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        case, tensors = self.case, self.case.tensors(generator)
+        step = math.lcm(case.block_q, case.block_k)   # a poisoned block that starts where a query block does
+        start = step * int(torch.randint(1, case.seq_k // step, (1,), generator=generator))
+        clean = {name: tensors[name][..., :start, :] for name in ("q", "k", "v", "grad_output")}
+        for name in "kv":
+            tensors[name][..., start:start + case.block_k, :] = float("nan")
+        what = f"the backward of {self.object}.apply" if self.backward else self.object
+        if self.backward:
+            expected = {"grad.q": exact_gradients(clean, causal=True)["grad.q"]}
+            candidates = {m: {"grad.q": mistakes.flawed_flash_gradients(
+                clean["q"], clean["k"], clean["v"], clean["grad_output"], True, case.block_q, case.block_k, m.flaws)[0]}
+                for m in catalog.tiling_mistakes("backward")}
+        else:
+            expected = exact_attention(clean["q"], clean["k"], clean["v"], causal=True)
+            with torch.no_grad():
+                candidates = {m: dict(zip(("output", "lse"), mistakes.flawed_flash_forward(
+                    clean["q"], clean["k"], clean["v"], True, case.block_q, case.block_k, m.flaws)))
+                    for m in catalog.tiling_mistakes("causal")}
+        return Prepared(untraced_call(self.object, tensors, case, self.backward), PrefixJudge(f"{case.call(what)}, with keys {start} to {start + case.block_k - 1} "
+                                          "made NaN", start, expected, candidates))

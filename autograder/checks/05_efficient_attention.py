@@ -3,21 +3,24 @@
 Values are compared with exact attention computed in float64, at the course's float32 tolerance,
 on sizes the notebook never shows: T not a multiple of either block, block_q unlike block_k,
 fewer queries than keys, a single query, and rows whose scores lie hundreds apart (a maximum
-shared by all rows underflows there). Memory and work are judged from a trace of the student's
-own call in the sandbox (:mod:`transformer_lm.tiled_kinds`): at T=96 with tiles of 16 x 12, a
-tensor of T x T numbers, a reduction over a whole row of keys, a causal forward (or backward) that
-computes the key blocks in the future, or a forward that keeps more than q, k, v, the output and
-the log-sum-exp each lose their own item. At T=4096, where the score matrix holds 16.8 million
-numbers, the forward is traced again, and what the forward and the backward each hold outside
-torch's tensors (NumPy arrays, Python objects, memory maps) is measured, with the processes they
-start. Inputs come from the
-course's secret seed.
+shared by all rows underflows there).
+
+Memory and work earn points only from facts the student's process cannot forge. Memory: at
+T=16384 (one head's score matrix is 1 GiB in float32) the forward, and the backward, run in a run
+whose memory the kernel caps at 48 MiB more than it held before its first cell; a tiled pass
+needs a few MiB, and the values are judged here. Work: one key block, drawn from the secret, is
+made NaN in k and v, and the rows of the query blocks before it must come out clean and right (a
+call that computes the tiles the causal mask hides, and masks them, makes them NaN). A trace of
+the student's own call at T=96 (:mod:`transformer_lm.tiled_kinds`) only explains: when an item
+fails, it names the line's mistake (a tensor of T x T numbers, a reduction over a whole row, a
+block too many, what the forward keeps for the backward). Inputs come from the course's secret
+seed.
 """
 
-from autograder.spec import Item
+from autograder.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
-from transformer_lm.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
-                                        OnlineSoftmaxCheck, TileCase)
+from transformer_lm.tiled_kinds import (CappedCheck, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
+                                        MergeStatsCheck, OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
 
 TILED = SOFTMAX + LIBRARY_ATTENTION
 
@@ -35,8 +38,12 @@ SPREAD = TileCase(batch=2, heads=1, seq_q=33, seq_k=33, dim=8, dim_v=6, block_q=
 # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 MEMORY = TileCase(batch=2, heads=2, seq_q=96, seq_k=96, dim=8, dim_v=6, block_q=16, block_k=12)
 CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, block_q=12, block_k=16, causal=True)
-# T*T = 16.8 million (64 MiB in float32); a tile 524,288
-LARGE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=512, block_k=1024)
+# T*T = 268 million (1 GiB in float32, 256 MiB as booleans); a tile of 1024 x 256 is 1 MiB, a row
+# of a query block 64 MiB; q, k and v 256 KiB each
+CAPPED = TileCase(batch=1, heads=1, seq_q=16384, seq_k=16384, dim=4, dim_v=4, block_q=1024, block_k=256, causal=True)
+MEMORY_CAP = 48 * 2**20
+# one key block of 16 made NaN: the query blocks before it must stay clean
+SKIPPING = TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16, block_k=16, causal=True)
 
 ITEMS = [
     Item("online_softmax", points=2, checks=(
@@ -50,22 +57,22 @@ ITEMS = [
                                                                                                        SPREAD)),
          forbids=TILED, defines=("flash_forward",), builds_on=("online_softmax",)),
     Item("flash_memory", points=1, checks=(
-        FlashForwardCheck("flash_forward", MEMORY, "memory"),
-        FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory"),
-        FlashForwardCheck("flash_forward", LARGE, "memory"),    # a tensor of the whole matrix only at a large T
-        FlashForwardCheck("flash_forward", LARGE, "outside"),   # NumPy arrays, Python lists, memory maps, processes
+        CappedCheck("flash_forward", CAPPED, memory_cap=MEMORY_CAP),
+        Explains(FlashForwardCheck("flash_forward", MEMORY, "memory")),
+        Explains(FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory")),
     ), forbids=TILED, answer="flash_forward"),
     Item("causal_skipping", points=1, checks=(
-        CausalWorkCheck("flash_forward", CAUSAL_MEMORY),
-        CausalWorkCheck("flash_forward", TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16,
-                                                  block_k=16, causal=True)),
+        SkippedTilesCheck("flash_forward", SKIPPING),
+        Explains(CausalWorkCheck("flash_forward", CAUSAL_MEMORY)),
+        Explains(CausalWorkCheck("flash_forward", SKIPPING)),
     ), forbids=TILED, answer="flash_forward"),
     Item("flash_backward", points=3, checks=tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
     Item("backward_memory", points=1, checks=(
-        FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory"),
-        FlashFunctionCheck("FlashAttention", MEMORY, "memory"),
-        FlashFunctionCheck("FlashAttention", LARGE, "outside"),   # the backward, outside torch's tensors
-        CausalWorkCheck("FlashAttention", CAUSAL_MEMORY, backward=True),   # the backward skips the same tiles
-    ), forbids=TILED, answer="flash_backward", builds_on=("flash_forward",)),
+        CappedCheck("FlashAttention", CAPPED, memory_cap=MEMORY_CAP, backward=True),
+        SkippedTilesCheck("FlashAttention", SKIPPING, backward=True),
+        Explains(FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory")),
+        Explains(FlashFunctionCheck("FlashAttention", MEMORY, "memory")),
+        Explains(CausalWorkCheck("FlashAttention", CAUSAL_MEMORY, backward=True)),   # the backward skips the same tiles
+    ), forbids=TILED, answer="flash_backward", builds_on=("flash_forward", "flash_memory", "causal_skipping")),
 ]

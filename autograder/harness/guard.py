@@ -62,8 +62,7 @@ while a probe runs, only the grader's own code may use them."""
 PROFILER_SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enable_profiler_legacy",
                      "_disable_profiler_legacy", "_enable_record_function", "_clear_callbacks",
                      "_set_empty_test_observer")
-"""PyTorch's profiler, which the harness runs as a second witness of every operator a probe calls
-(:mod:`harness.run`): while a probe runs, only the grader's own code may start or stop it."""
+"""PyTorch's profiler: while a probe runs, only the grader's own code may start or stop it."""
 WATCHED_MODULES = ("json", "json.encoder", "json.decoder", "safetensors", "safetensors.torch", "torch._C",
                    "torch._C._autograd", "torch.overrides", "torch.utils._python_dispatch", "torch.autograd.graph")
 """Modules whose functions the trusted code calls: how a probe's trace is switched on and off, and

@@ -36,7 +36,7 @@ import transformer_lm
 from transformer_lm.sandboxed import call_trace, probes, tensor_trace, wire
 from transformer_lm.sandboxed.student_objects import ProbeError, builtin_exception
 
-from . import guard, refusals, report, traces, type_objects
+from . import absence, guard, memory_cap, refusals, report, traces, type_objects
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
@@ -64,6 +64,8 @@ def describe(error: BaseException) -> dict:
         match = traces.CELL_FILE.match(frame.f_code.co_filename)
         if match:
             where = [int(match.group(1)), line]
+    if isinstance(error, absence.Absent):  # it reached for what its item forbids (its words are not kept)
+        return {"error": "Absent", "kind": "absent", "where": where}
     return {"error": builtin_exception(error), "where": where}
 
 
@@ -109,18 +111,17 @@ class CourseCode:
 def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standing_in=None) -> None:
     """Runs the planned call ``pid`` (its plan as JSON text: a fresh copy for each call) on the
     student's objects under the trace, and reports its record, value or error. ``io`` is the
-    run's ``(send, send_file, checked, trace, watched)``: ``checked()`` ends the run if anything the
+    run's ``(send, send_file, checked, trace)``: ``checked()`` ends the run if anything the
     grader calls has changed since the run began: before the call, after it, and once its end is
-    reported (what the student's code left to run later is caught then); ``watched`` maps a probe
-    to the names its trace watches, which PyTorch's profiler witnesses as well."""
-    send, send_file, checked, trace, watched = io
+    reported (what the student's code left to run later is caught then)."""
+    send, send_file, checked, trace = io
     checked()
     send("probe_start", probe=pid)
     try:
         call = json.loads(call_text)
         owner = call.get("tensors_of", pid)
         own = {name: tensors[wire.tensor_key(owner, name)] for name in call["tensor_keys"]}
-        with standing_in or contextlib.nullcontext(), witness(send, watched.get(pid)), trace[0](), trace[1]():
+        with standing_in or contextlib.nullcontext(), trace[0](), trace[1]():
             value = wire.call_probe(call, namespace, own)
         checked()
         record = wire.as_record(value)
@@ -134,26 +135,6 @@ def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standin
         send("probe_end", probe=pid, **{"kind": "todo" if isinstance(error, NotImplementedError) else "error",
                                         **describe(error)})
     checked()
-
-
-@contextlib.contextmanager
-def witness(send, names, _profiler=torch._C._autograd, _config=torch._C._profiler, _set=set, _sorted=sorted):
-    """Runs the block under PyTorch's profiler, when the probe watches ``names``, and reports the
-    ATen operators of ``names`` it saw: a second witness, which no Python mode switch turns off
-    (the trusted side compares it with the trace). The profiler's CPU-only mode: it sees every
-    operator, the autograd engine's included, for a millisecond a probe, where Kineto's costs
-    about 30 ms (benchmarks/grader_speed.py)."""
-    if not names:
-        yield
-        return
-    config = _config.ProfilerConfig(_config.ProfilerState.CPU, False, False, False, False, False,
-                                    _config._ExperimentalConfig())
-    _profiler._enable_profiler_legacy(config)
-    try:
-        yield
-    finally:
-        seen = _set(event.name() for thread in _profiler._disable_profiler_legacy() for event in thread)
-        send("witnessed", names=_sorted(seen & _set(names)))
 
 
 def as_safetensors(record: dict, _spec=TensorSpec, _serialize=serialize, _bytes=bytes) -> bytes:
@@ -203,16 +184,20 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     which no code can rebind, and in immutable objects (see :mod:`harness.guard`)."""
     with open(plan_path) as f:
         plan = json.load(f)
+    absence.remove(plan.get("absent", {}))
     calls = types.MappingProxyType({pid: json.dumps(call) for pid, call in plan.pop("calls").items()})
     skip = frozenset(plan["skip_probes"])
     tensors = types.MappingProxyType(load_file(inputs_path) if os.path.getsize(inputs_path) else {})
     send, send_file = report.senders(report_fd)
     shell = _shell()
     trace = traces.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
+    if plan.get("memory_cap"):  # only the kernel judges a capped call; what it forbids is absent anyway
+        trace = (contextlib.nullcontext, contextlib.nullcontext)
     tensor_trace.TRACE_FACTORY = traces.sealed_traces()
-    watched = types.MappingProxyType({pid: tuple(names) for pid, names in plan["watch"].items()})
-    io = (send, send_file, guard.checker(send, guard.snapshot()), trace, watched)
+    io = (send, send_file, guard.checker(send, guard.snapshot()), trace)
     type_objects.disarm_ctypes()
+    if plan.get("memory_cap"):
+        memory_cap.cap(plan["memory_cap"])
     refusals.install(send)
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:

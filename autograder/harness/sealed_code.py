@@ -41,6 +41,11 @@ def made(*args, **kwargs):
     return "GUARD_RESULT"("ORIGINAL"(*args, **kwargs))
 ''')
 """The guards' code, compiled once: a guard of each operator's kernel caller is made from it."""
+KEEP_CODE = _placeholders('''
+def keep():
+    return len("KEPT") * 0
+''')
+"""A function that holds objects alive and out of any run's reach (what keeps a removed kernel out)."""
 
 
 def with_constants(code: types.CodeType, name: str, constants: dict, _function=types.FunctionType, _mark=GUARD_MARK,

@@ -226,12 +226,25 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     arguments = [t.clone() for t in inputs.values()]
     with torch.no_grad(), trace_tensors() as trace:
         result = fn(*arguments, **(call_kwargs or {}))
+    return {**_parts(result, parts), **trace.record("trace"), "trace.held": torch.tensor(held_by(fn))}
+
+
+def probe_parts(fn, inputs: dict[str, torch.Tensor], parts: list[str],
+                call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(*inputs, **call_kwargs)`` once without gradients and untraced (at a size where
+    only the kernel's memory cap judges how), and records what it returns, one value per name of
+    ``parts``."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return _parts(fn(*inputs.values(), **(call_kwargs or {})), parts)
+
+
+def _parts(result, parts: list[str]) -> dict[str, torch.Tensor]:
     values = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(values) != len(parts):
         raise ProbeError(f"The function returned {len(values)} value(s); expected "
                          f"{len(parts)}: {', '.join(parts)}")
-    return {**{name: plain(value) for name, value in zip(parts, values)}, **trace.record("trace"),
-            "trace.held": torch.tensor(held_by(fn))}
+    return {name: plain(value) for name, value in zip(parts, values)}
 
 
 def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call_kwargs: dict | None = None,
@@ -266,8 +279,7 @@ def probe_autograd_function(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     and v, both traces (``forward.*``, measured once the forward has returned: what it keeps for
     the backward is still alive; ``backward.*``) and the shape of every tensor the forward left
     on ``ctx`` as an attribute (``ctx.<name>.<i>``)."""
-    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
-        raise ProbeError("The object given is not a subclass of torch.autograd.Function")
+    _autograd_function(cls)
     torch.manual_seed(0)
     leaves = {name: t.detach().clone().requires_grad_(True) for name, t in (("q", q), ("k", k), ("v", v))}
     with trace_tensors() as forward:
@@ -286,6 +298,30 @@ def probe_autograd_function(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     for name, leaf in leaves.items():
         record[f"grad.{name}"] = plain(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
     return record
+
+
+def probe_gradients(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arguments: list,
+                    grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Calls ``cls.apply(q, k, v, *arguments)`` for a ``torch.autograd.Function`` and backpropagates
+    ``grad_output``, untraced (at a size where only the kernel's memory cap judges how): records the
+    output and the gradients of q, k and v."""
+    _autograd_function(cls)
+    torch.manual_seed(0)
+    leaves = {name: t.detach().requires_grad_(True) for name, t in (("q", q), ("k", k), ("v", v))}
+    output = cls.apply(*leaves.values(), *arguments)
+    if not isinstance(output, torch.Tensor) or output.grad_fn is None:
+        raise ProbeError("Its apply returned no tensor that autograd can differentiate")
+    if tuple(output.shape) != tuple(grad_output.shape):
+        return {"output": plain(output)}   # the judge names the shape
+    output.backward(grad_output)
+    return {"output": plain(output), **{f"grad.{name}": plain(leaf.grad if leaf.grad is not None
+                                                              else torch.zeros_like(leaf))
+                                        for name, leaf in leaves.items()}}
+
+
+def _autograd_function(cls) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
+        raise ProbeError("The object given is not a subclass of torch.autograd.Function")
 
 
 def probe_call(fn, arguments: dict):
@@ -349,7 +385,8 @@ def raised_exception(cls, init: dict) -> str | None:
 
 PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
-                                              probe_traced, probe_causal_work, probe_autograd_function, probe_call,
+                                              probe_traced, probe_parts, probe_causal_work, probe_autograd_function,
+                                              probe_gradients, probe_call,
                                               probe_padding, probe_padded_generation,
                                               probe_outside_torch, parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""

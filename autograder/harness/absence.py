@@ -1,0 +1,125 @@
+"""What an item forbids, absent from the run that checks it.
+
+Before any student code runs, the run takes out of PyTorch what its items ask students to write
+themselves: every kernel of the forbidden operators (the public one, its private kernels and
+fallbacks, and their backward operators, as the trusted side lists them from the registry) is
+replaced in the dispatcher by one that raises, and so is every Python re-implementation of them
+that torch holds (its decompositions and references, the quantizable ``MultiheadAttention``,
+``multi_head_attention_forward``). A call of any of them raises :class:`Absent`, whatever name or
+route reached it.
+
+What can bring them back? Not the original kernels: a kernel replaced in the dispatcher's table is
+no longer reachable from Python, and the registrations that replace it live as long as the run,
+held in the constants of a sealed function (:mod:`harness.sealed_code`), whose code the audit hook
+does not let a run read. A run may register kernels of its own for those operators, but what it can
+register is Python it wrote, which is writing the exercise. Copying torch's own Python source of a
+forbidden function is copying, which the similarity report is for.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+
+import torch
+
+from . import sealed_code
+
+DISPATCH_KEYS = ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                 "CompositeExplicitAutogradNonFunctional", "SparseCPU", "SparseCsrCPU", "QuantizedCPU",
+                 "NestedTensorCPU", "MkldnnCPU")
+"""The dispatch keys under which a CPU run can reach an operator's computation."""
+
+
+class Absent(RuntimeError):
+    """A forbidden operator or function was called in a run that checks the item forbidding it."""
+
+
+def _refuse(name: str):
+    def absent(*args, **kwargs):
+        raise Absent(f"{name} is not available while this item is graded: the exercise asks you to write it "
+                     f"yourself.")
+    absent.__name__ = absent.__qualname__ = name.rsplit(".", 1)[-1]
+    return absent
+
+
+def _remove_kernels(operators: list[str]) -> list[object]:
+    """Every overload of ``operators`` (``namespace::name``) raises under every CPU dispatch key.
+    The registrations are made on the dispatcher's own handles, not through
+    ``torch.library.Library``, whose finalizer any code could call to take them back."""
+    wanted = set(operators)
+    handles: dict[str, object] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch warns that a kernel is overridden: that is the point
+        for full in torch._C._dispatch_get_all_op_names():
+            if full.split(".")[0] not in wanted:
+                continue
+            namespace, overload = full.split("::", 1)
+            name, _, overload_name = full.partition(".")
+            try:
+                torch._C._dispatch_find_schema_or_throw(name, overload_name)
+            except RuntimeError:  # a kernel without a schema (a backend's own operator): nothing to call
+                continue
+            handle = handles.setdefault(namespace, torch._C._dispatch_library("IMPL", namespace, "", __file__, 0))
+            for key in DISPATCH_KEYS:
+                try:
+                    handle.impl(overload, key, _refuse(full), False)
+                except RuntimeError:  # a key that the operator's schema cannot take
+                    continue
+    return list(handles.values())
+
+
+def _forbidden(name: str, fragments: tuple[str, ...]) -> bool:
+    return any(fragment in name for fragment in fragments)
+
+
+def _remove_python(fragments: tuple[str, ...]) -> None:
+    """torch's Python functions whose names hold a fragment are replaced by ones that raise, in every
+    module of torch that holds them; so are the ``forward`` of its classes whose names hold one
+    (``MultiheadAttention``, the quantizable one included), the decomposition tables' entries and
+    the Python kernels of the forbidden operators."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reading some of torch's deprecated names warns
+        _replace_functions(fragments)
+    for table in _decomposition_tables():
+        for operator in list(table):
+            if _forbidden(str(operator), fragments) or _forbidden(getattr(table[operator], "__name__", ""), fragments):
+                table[operator] = _refuse(str(operator))
+    for packet in (getattr(torch.ops.aten, name, None) for name in dir(torch.ops.aten) if _forbidden(name, fragments)):
+        for overload in (getattr(packet, o) for o in packet.overloads()) if packet is not None else ():
+            for key in list(overload.py_kernels):
+                overload.py_kernels[key] = _refuse(str(overload))
+
+
+def _replace_functions(fragments: tuple[str, ...]) -> None:
+    replaced: dict[int, object] = {}
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("torch") or not isinstance(module, types.ModuleType):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType) and _forbidden(value.__name__, fragments):
+                stand = replaced.setdefault(id(value), _refuse(f"{module_name}.{attribute}"))
+                setattr(module, attribute, stand)
+            elif isinstance(value, type) and _forbidden(value.__name__, fragments) and "forward" in vars(value):
+                value.forward = _refuse(f"{value.__module__}.{value.__name__}.forward")
+
+
+def _decomposition_tables() -> list[dict]:
+    from torch import _decomp
+    return [_decomp.decomposition_table, *_decomp.global_decomposition_table.values()]
+
+
+def remove(absent: dict) -> None:
+    """Takes out of this process what ``absent`` lists: ``operators`` (``aten::_softmax``...) and
+    the name ``fragments`` of torch's Python re-implementations. Call it before any student code."""
+    if not absent.get("operators") and not absent.get("fragments"):
+        return
+    handles = _remove_kernels(absent.get("operators", []))
+    _remove_python(tuple(absent.get("fragments", ())))
+    global keep
+    keep = sealed_code.with_constants(sealed_code.KEEP_CODE, "keep", {"KEPT": tuple(handles)})
+
+
+keep = None
+"""The registrations that hold the kernels out, sealed (see the module's docstring)."""
