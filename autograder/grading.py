@@ -96,15 +96,16 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
 
 def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.Worker) -> runner.RunResult:
     """The runs of the probes ``pids`` of one notebook (those with stand-ins, with the course's code):
-    one run for each set of forbidden calls and memory cap, so that what an item forbids is absent
-    from the run that checks it (a later item may use it) and a capped check runs under its cap."""
+    one run for each set of forbidden calls, so that what an item forbids is absent from the run
+    that checks it (a later item may use it); a run that holds a capped check runs under its cap
+    from its first cell on."""
     forbids = {item.grade_id: item.forbids for items in assignment.items.values() for item in items}
-    groups: dict[tuple[tuple[str, ...], int], set[str]] = {}
+    groups: dict[tuple[str, ...], set[str]] = {}
     for pid in pids:
-        key = (forbids[assignment.probe_item[pid]], assignment.prepared[pid].memory_cap)
-        groups.setdefault(key, set()).add(pid)
+        groups.setdefault(forbids[assignment.probe_item[pid]], set()).add(pid)
     result = runner.RunResult()
-    for (forbidden, cap), group in sorted(groups.items()):
+    for forbidden, group in sorted(groups.items()):
+        cap = max(assignment.prepared[pid].memory_cap for pid in group)
         prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in group}
         answers = {pid: assignment.answers[assignment.probe_item[pid]] for pid in prepared}
         watch = {pid: sorted(runtime_names(forbidden)) for pid in prepared} if forbidden else {}

@@ -53,6 +53,8 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
     tensors, first_of = {}, {}
     for pid, prep in prepared.items():
         plan["calls"][pid] = prep.call.plan()
+        if prep.memory_cap:  # only the kernel's cap and the values judge it: no trace slows it down
+            plan["calls"][pid]["untraced"] = True
         if pid in stand_ins:
             plan["calls"][pid]["stand_ins"] = stand_ins[pid]
         first = first_of.setdefault(id(prep), pid)

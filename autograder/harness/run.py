@@ -121,7 +121,8 @@ def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standin
         call = json.loads(call_text)
         owner = call.get("tensors_of", pid)
         own = {name: tensors[wire.tensor_key(owner, name)] for name in call["tensor_keys"]}
-        with standing_in or contextlib.nullcontext(), trace[0](), trace[1]():
+        modes = (contextlib.nullcontext, contextlib.nullcontext) if call.get("untraced") else trace
+        with standing_in or contextlib.nullcontext(), modes[0](), modes[1]():
             value = wire.call_probe(call, namespace, own)
         checked()
         record = wire.as_record(value)
@@ -191,8 +192,6 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     send, send_file = report.senders(report_fd)
     shell = _shell()
     trace = traces.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
-    if plan.get("memory_cap"):  # only the kernel judges a capped call; what it forbids is absent anyway
-        trace = (contextlib.nullcontext, contextlib.nullcontext)
     tensor_trace.TRACE_FACTORY = traces.sealed_traces()
     io = (send, send_file, guard.checker(send, guard.snapshot()), trace)
     type_objects.disarm_ctypes()
