@@ -1,0 +1,129 @@
+"""What a grading run takes away before the first cell, tried as a student would try to get it back:
+the forbidden calls' kernels and torch's Python re-implementations of them
+(:mod:`autograder.harness.absence`), and memory beyond a cap the kernel enforces
+(:mod:`autograder.harness.memory_cap`). Each runs in a process of its own, as a run does, since
+both change that process for good; what stays allowed keeps working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import notebook_tools as tools
+
+HARNESS = tools.REPO_ROOT / "autograder"
+
+
+def run(code: str) -> str:
+    """``code`` run in a fresh Python that imports the harness as a run does; its standard output."""
+    prelude = f"import sys\nsys.path[:0] = [{str(HARNESS)!r}, {str(tools.REPO_ROOT)!r}]\n"
+    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+TRY = '''
+def attempt(label, call):
+    try:
+        call()
+        print(label, "ran")
+    except Exception as error:
+        print(label, type(error).__name__)
+'''
+
+SOFTMAX_ROUTES = {
+    "torch.softmax": "torch.softmax(x, -1)",
+    "F.softmax": "torch.nn.functional.softmax(x, -1)",
+    "Tensor.log_softmax": "x.log_softmax(-1)",
+    "by getattr": "getattr(torch, 'soft' + 'max')(x, -1)",
+    "torch.ops.aten._softmax": "torch.ops.aten._softmax.default(x, -1, False)",
+    "a nested tensor": "torch.nested.nested_tensor([x]).softmax(-1)",
+    "a sparse tensor": "torch.sparse.softmax(x.to_sparse(), 1)",
+    "torch._refs": "torch._refs.softmax(x, -1)",
+    "a decomposition": "torch._decomp.decomposition_table[torch.ops.aten._softmax.default](x, -1, False)",
+    "cross_entropy": "torch.nn.functional.cross_entropy(x, torch.tensor([0, 1, 2]))",
+}
+ATTENTION_ROUTES = {
+    "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(x[None], x[None], x[None])",
+    "the math kernel": "torch.ops.aten._scaled_dot_product_attention_math(x[None], x[None], x[None])",
+    "nn.MultiheadAttention": "torch.nn.MultiheadAttention(4, 2)(x[None], x[None], x[None])",
+    "nn.MultiheadAttention in eval mode": "torch.nn.MultiheadAttention(4, 2).eval()(x[None], x[None], x[None])",
+    "multi_head_attention_forward": "torch.nn.functional.multi_head_attention_forward(x[:, None], x[:, None], "
+                                    "x[:, None], 4, 2, torch.randn(12, 4), torch.zeros(12), None, None, False, 0.0, "
+                                    "torch.randn(4, 4), torch.zeros(4))",
+    "the quantizable MultiheadAttention": "torch.ao.nn.quantizable.MultiheadAttention(4, 2)(x[None], x[None], x[None])",
+    "a decomposition of the CPU kernel": "torch._decomp.decompositions.scaled_dot_product_flash_attention_for_cpu("
+                                         "x[None, None], x[None, None], x[None, None])",
+    "a TransformerEncoderLayer": "torch.nn.TransformerEncoderLayer(4, 2, 8)(x[None])",
+}
+ALLOWED = {"exp": "torch.exp(x)", "matmul": "x @ x.T", "logsumexp": "torch.logsumexp(x, -1)",
+           "a MultiheadAttention built": "torch.nn.MultiheadAttention(4, 2)"}
+
+
+def routes_after(forbids: str, routes: dict[str, str], attack: str = "") -> dict[str, str]:
+    calls = "".join(f"attempt({label!r}, lambda: {call})\n" for label, call in routes.items())
+    out = run(textwrap.dedent(f'''
+        import torch
+        from transformer_lm import forbidding
+        from autograder.forbidden import absent_from_run
+        from harness import absence
+        absence.remove(absent_from_run({forbids}))
+        {attack}
+        x = torch.randn(3, 4)
+    ''') + TRY + calls)
+    return dict(line.rsplit(" ", 1) for line in out.splitlines())
+
+
+def test_every_route_to_a_forbidden_softmax_or_attention_raises_and_the_rest_runs():
+    got = routes_after("forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION",
+                       {**SOFTMAX_ROUTES, **ATTENTION_ROUTES, **ALLOWED})
+    assert {label: got[label] for label in ALLOWED} == dict.fromkeys(ALLOWED, "ran")
+    ran = [label for label in {**SOFTMAX_ROUTES, **ATTENTION_ROUTES} if got[label] == "ran"]
+    assert not ran, f"these reached a forbidden call: {ran}"
+
+
+def test_a_run_that_forbids_only_attention_keeps_softmax():
+    got = routes_after("forbidding.LIBRARY_ATTENTION", {"torch.softmax": "torch.softmax(x, -1)", **ATTENTION_ROUTES})
+    assert got["torch.softmax"] == "ran"
+    assert [label for label in ATTENTION_ROUTES if got[label] == "ran"] == []
+
+
+@pytest.mark.parametrize("attack", [
+    "import weakref\nfor f in list(weakref.finalize._registry): f()",   # every finalizer, torch.library's included
+    "import gc\nfor o in gc.get_objects():\n    getattr(o, 'reset', lambda: None)() if type(o).__name__ == 'Library' "
+    "else None",
+    "from harness import absence as a\na.keep()",   # the sealed keeper gives nothing back
+])
+def test_what_holds_the_kernels_out_cannot_be_undone_from_python(attack):
+    got = routes_after("forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION",
+                       {"torch.softmax": "torch.softmax(x, -1)", "sdpa": ATTENTION_ROUTES["F.scaled_dot_product_attention"]},
+                       attack.replace("\n", "\n        "))
+    assert got == {"torch.softmax": "Absent", "sdpa": "Absent"}
+
+
+def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not():
+    out = run(textwrap.dedent('''
+        import mmap, os, resource, numpy, torch
+        from harness import memory_cap
+        memory_cap.cap(48 * 2**20)
+    ''') + TRY + '''
+attempt("a T x T float32 matrix", lambda: torch.empty(16384, 16384))
+attempt("a T x T boolean mask", lambda: torch.ones(16384, 16384, dtype=torch.bool))
+attempt("a raw storage", lambda: torch.UntypedStorage(2**28))
+attempt("complex128 viewed as float32", lambda: torch.empty(4096, 4096, dtype=torch.complex128).view(torch.float32))
+attempt("a NumPy array", lambda: numpy.ones((8192, 8192), numpy.float32))
+attempt("Python bytes", lambda: bytearray(200 * 2**20))
+attempt("a dict of tiles", lambda: {i: torch.empty(1024, 1024) for i in range(64)})
+attempt("a shared anonymous map", lambda: mmap.mmap(-1, 2**28))
+attempt("a file in /tmp", lambda: open("/tmp/scores-" + str(os.getpid()), "wb").write(bytes(2**20)))
+attempt("a memfd", lambda: os.write(os.memfd_create("scores"), bytes(2**20)))
+attempt("raising the cap", lambda: resource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40)))
+attempt("four tiles", lambda: [torch.empty(2**20) for _ in range(4)])
+''')
+    got = dict(line.rsplit(" ", 1) for line in out.splitlines())
+    assert got.pop("four tiles") == "ran"
+    assert [label for label, status in got.items() if status == "ran"] == []
