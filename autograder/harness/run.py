@@ -14,6 +14,9 @@ safetensors, IPython and ``transformer_lm/sandboxed`` (the probes and how a call
 :func:`transformer_lm.sandboxed.wire.call_probe`), never the grader, the hidden checks or the
 reference. It judges nothing.
 
+Before any student code, a run takes out of PyTorch what its items forbid (:mod:`harness.absence`)
+and, when its plan holds a capped check, caps its memory for good (:mod:`harness.memory_cap`).
+
 A run of the plan's ``late`` probe calls gets the course's own code for the answers that those
 probes' items build on (:class:`CourseCode`), and nothing else of the course: an item that builds
 on a wrong earlier answer is judged by such a run, so that one mistake costs points once.
