@@ -17,6 +17,7 @@ import notebook_tools as tools
 from autograder import sandbox
 
 A = attack_class.A
+pytestmark = pytest.mark.timeout(1800)  # the first test grades the class (about 60 submissions, one worker)
 
 
 def write_class(root: Path, submissions: dict) -> None:
