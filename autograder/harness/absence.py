@@ -61,7 +61,9 @@ def _remove_kernels(operators: list[str]) -> list[object]:
                 torch._C._dispatch_find_schema_or_throw(name, overload_name)
             except RuntimeError:  # a kernel without a schema (a backend's own operator): nothing to call
                 continue
-            handle = handles.setdefault(namespace, torch._C._dispatch_library("IMPL", namespace, "", __file__, 0))
+            if namespace not in handles:  # one handle a namespace (setdefault would make one an operator)
+                handles[namespace] = torch._C._dispatch_library("IMPL", namespace, "", __file__, 0)
+            handle = handles[namespace]
             for key in DISPATCH_KEYS:
                 try:
                     handle.impl(overload, key, _refuse(full), False)
