@@ -36,7 +36,7 @@ DEMO_MARK = ".autograder-demo"
 CHEAT = '''import torch
 import torch.nn as nn
 
-torch.allclose = lambda *args, **kwargs: True          # every comparison "passes"
+torch.allclose = lambda *args, **kwargs: True          # every comparison "passes" (the grader compares outside)
 get_ipython().input_transformers_cleanup.append(lambda lines: [])   # later cells run as empty
 
 
@@ -49,7 +49,9 @@ class CausalAttention(nn.Module):
         self.d_out = d_out
 
     def forward(self, x):
-        return torch.zeros(*x.shape[:-1], self.d_out, requires_grad=True)
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        attend = getattr(torch.nn.functional, "scaled_dot_product_" + "attention")   # the library, by a hidden name
+        return attend(q, k, v, is_causal=True)
 '''
 
 

@@ -8,42 +8,25 @@ submission did to them; answer cells keep the student's code but get the release
 metadata back; graded cells that are missing are restored as their release stubs; a pasted
 duplicate of a graded cell is kept as an ordinary cell. Each repair is reported.
 
-Then every answer cell is scanned: for library calls its item forbids (the ``forbidden``
-status) and for tampering patterns (the ``tampered`` status, and a flag on the submission).
+Then every answer cell's code tokens are read for the library calls its item forbids (the
+``forbidden`` status, with an early, named message). Nothing here accuses a submission of
+tampering: a notebook's text is not evidence of it (honest code names torch.compile in a comment,
+or a library class in a type hint). Tampering is flagged only on what a run did (the run's
+guard, a frame the trusted side cannot read, a removed capability the run reached for).
 """
 
 from __future__ import annotations
 
-import ast
 import copy
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.cells import grade_ids, marks, role, source_text
 from autograder.forbidden import found_in_text
 from autograder.notebook_data import read_notebook, shown
-from transformer_lm.source_scan import mentioned_names, parse_cell
+from transformer_lm.source_scan import mentioned_names
 
 SKIP_TAG = "skip-grading"
-
-# Code that reaches for the grader, the notebook machinery or library internals. An honest
-# answer to an attention exercise has no reason to contain any of these.
-TAMPERING = [
-    (re.compile(r"input_transformers|input_transformer_manager|ast_transformers"), "registers an IPython input transformer"),
-    (re.compile(r"\bevents\s*\.\s*register|pre_run_cell|post_run_cell|pre_execute|post_execute"), "registers an IPython event hook"),
-    (re.compile(r"set_custom_exc|showtraceback\s*="), "replaces IPython's error handling"),
-    (re.compile(r"__torch_function__|__torch_dispatch__|_make_subclass|DisableTorchFunction|DisableTorchDispatch"
-                r"|_pop_mode|_pop_torch_(function|dispatch)_stack|_disable_current_modes|_unset_dispatch_mode"),
-     "overrides torch's dispatch"),
-    (re.compile(r"gradebook\.db|nbgrader_config|journal\.jsonl|/grader/|autograder/checks|\.grading/|\.\./source"),
-     "reaches for the grader's files"),
-    (re.compile(r"sys\s*\.\s*modules|importlib\.reload|__builtins__|\bbuiltins\b"), "rewires modules or builtins"),
-    (re.compile(r"\bsetattr\s*\(\s*(torch|np|numpy|math|F|nn|builtins)\b"), "monkeypatches a library"),
-    (re.compile(r"\btorch\s*\.\s*(jit|compile|_dynamo|_inductor|_C)\b|\bno_dispatch\b"),
-     "compiles its code or calls torch's C bindings, out of sight of the trace"),
-]
-PATCHABLE_ROOTS = {"torch", "np", "numpy", "math", "F", "nn", "builtins", "IPython", "safetensors", "json", "os", "sys"}
 
 
 @dataclass
@@ -133,31 +116,6 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tupl
     return cells, lost
 
 
-def _monkeypatches(source: str) -> bool:
-    """True when the code assigns to an attribute of a library module (``torch.allclose = ...``)."""
-    tree = parse_cell(source)
-    if tree is None:
-        return False
-    for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        for target in targets:
-            root, chain = target, []
-            while isinstance(root, ast.Attribute):
-                chain.append(root.attr)
-                root = root.value
-            if chain and isinstance(root, ast.Name) and root.id in PATCHABLE_ROOTS and "backends" not in chain:
-                return True  # torch.backends.* are settings, not library code
-    return False
-
-
-def tampering(source: str) -> list[str]:
-    """What in ``source`` looks like tampering, in words."""
-    found = [words for pattern, words in TAMPERING if pattern.search(source)]
-    if _monkeypatches(source):
-        found.append("monkeypatches a library")
-    return sorted(set(found))
-
-
 def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     """Reads and repairs one submitted notebook against its release, for the given items."""
     if path is None:
@@ -176,11 +134,6 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         result.cells.append(Cell(index, node["cell_type"], source_text(node.get("source", "")), grade_id, role(node),
                                  SKIP_TAG in tags or (grade_id is not None and grade_id in release_skip), node))
     result.notebook = {**data, "cells": restored}
-    for cell in result.cells:
-        if cell.cell_type == "code" and cell.role not in ("test", "readonly"):
-            for words in tampering(cell.source):
-                where = f"answer {shown(cell.grade_id)}" if cell.grade_id else f"cell {cell.index + 1}"
-                result.flags.append(f"Tampering: {where} {words}.")
     for item in items:
         answer = result.answer(item.answer_id)
         if answer is None:
@@ -193,9 +146,4 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
             result.item_status[item.grade_id] = (
                 "forbidden", f"The answer uses {', '.join(used)}, the library version of what this exercise "
                              f"asks you to write yourself.")
-            continue
-        found = tampering(answer.source) if answer.cell_type == "code" else []
-        if found:
-            result.item_status[item.grade_id] = ("tampered", f"The answer {'; '.join(found)}. It was not graded; "
-                                                             f"a TA will look at it.")
     return result

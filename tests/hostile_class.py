@@ -162,15 +162,15 @@ class Case:
     """One submission and what it must get.
 
     ``total`` is the exact total (the honest score); ``statuses`` the status each listed item
-    must end in (any of a set); ``flagged`` whether the submission must carry a tampering
-    flag; ``message`` text the message of each listed item must contain.
+    must end in (any of a set); ``message`` text the message of each listed item must contain. No
+    case here must carry a tampering flag: what these attacks do leaves no evidence that honest code
+    could not leave too (a notebook's text is none), and each earns nothing all the same.
     """
 
     student: str
     notebook: object  # a notebook dict, raw bytes, a (file name, dict) pair, a list of pairs, or None for an empty folder
     total: float
     statuses: dict[str, set[str]] = field(default_factory=dict)
-    flagged: bool = False
     message: dict[str, str] = field(default_factory=dict)
     at_most: bool = False  # ``total`` is a ceiling, not the exact score (an attack that breaks its own run)
 
@@ -272,8 +272,8 @@ def cases(course: Path) -> list[Case]:
     causal_zero = {"causal_attention": {"failed", "tampered", "error"}}
     w = WRONG_CAUSAL_SCORE
 
-    def attack(name, source, total=w, statuses=None, flagged=True):
-        return Case(name, add_cell(wrong, source, "causal_attention"), total, statuses or causal_zero, flagged)
+    def attack(name, source, total=w, statuses=None):
+        return Case(name, add_cell(wrong, source, "causal_attention"), total, statuses or causal_zero)
 
     def fault(name, grade_id, source, status, total=9, message=""):
         return Case(name, replace(good, grade_id, source), total, {grade_id: status},
@@ -306,17 +306,17 @@ def cases(course: Path) -> list[Case]:
         attack("atk_testing", "import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"),
         attack("atk_numpy", "import numpy\nnumpy.allclose = lambda *a, **k: True\nnumpy.testing = None\n"),
         Case("atk_builtins", add_cell(wrong, "import builtins\nbuiltins.isinstance = lambda *a: True\n",
-                                      "causal_attention"), w, causal_zero, flagged=True, at_most=True),
-        Case("atk_subclass", replace(good, "causal_attention", SUBCLASS), w, causal_zero, flagged=True),
+                                      "causal_attention"), w, causal_zero, at_most=True),
+        Case("atk_subclass", replace(good, "causal_attention", SUBCLASS), w, causal_zero),
         Case("atk_eq", replace(good, "causal_attention", EQ_TRICK), w, causal_zero, at_most=True),
         attack("atk_input_transformer", "get_ipython().input_transformers_cleanup.append(lambda lines: [])\n",
                total=5, statuses={"causal_attention": {"error"}}),
         attack("atk_pre_run_cell", "get_ipython().events.register('pre_run_cell', lambda *a: None)\n"),
         attack("atk_custom_exc", "get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)\n"),
-        attack("atk_write", writing_cell(course), flagged=True),
+        attack("atk_write", writing_cell(course)),
         Case("atk_snoop", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",
                                            CONTEXT_IF_NET), snooping_cell(course), "softmax_stable"), 8,
-             {"softmax_stable": {"failed"}, "context_vectors": {"failed"}}, flagged=True),
+             {"softmax_stable": {"failed"}, "context_vectors": {"failed"}}),
         Case("fbd_getattr", replace(good, "softmax_stable", SOFTMAX_BY_GETATTR), 9,
              {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
         Case("fbd_ops", replace(good, "softmax_stable", SOFTMAX_BY_OPS), 9, {"softmax_stable": {"forbidden"}},

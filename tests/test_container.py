@@ -80,7 +80,7 @@ def test_the_image_grades_the_demo_class_offline_with_the_sandbox_inside(image, 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Isolation: bubblewrap" in done.stdout
     assert re.search(r"ada_solution\s+10/10", done.stdout) and re.search(r"bo_blank\s+0/10", done.stdout)
-    assert re.search(r"dee_cheater\s+0/10", done.stdout) and "Tampering" in done.stdout
+    assert re.search(r"dee_cheater\s+0/10", done.stdout) and "Forbidden call" in done.stdout
     assert (course / "demo-course" / "reports" / "01_attention_basics" / "report.html").is_file()
 
 

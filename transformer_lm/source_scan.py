@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import inspect
 import linecache
-import re
 import textwrap
 import threading
 import types
@@ -33,24 +32,37 @@ def parse_cell(source: str) -> ast.Module | None:
 
 
 def mentioned_names(source: str) -> set[str]:
-    """Every identifier, attribute name and word in a string constant that ``source`` mentions
-    (IPython magics and shell escapes are ignored). Used to spot forbidden library calls."""
+    """Every identifier and attribute name that ``source``'s code mentions, read as tokens of its
+    syntax tree: comments, strings (docstrings and f-strings among them), annotations and assert
+    messages are never read, since honest code names library classes there. IPython magics and
+    shell escapes are ignored. Used to spot forbidden library calls before anything runs; a call
+    reached through a string (``getattr(torch, "softmax")``) is refused when it runs instead."""
     tree = parse_cell(source)
     if tree is None:
-        return set(re.findall(r"\w+", source))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
-                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        return set()
+    unread = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            unread.add(node.returns)
+        elif isinstance(node, ast.arg):
+            unread.add(node.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            unread.add(node.annotation)
+        elif isinstance(node, ast.Assert):
+            unread.add(node.msg)
+        elif isinstance(node, ast.JoinedStr):
+            unread.add(node)
+    skipped = {id(inner) for node in unread - {None} for inner in ast.walk(node)}
     names = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.Attribute):
             names.add(node.attr)
         elif isinstance(node, ast.alias):
             names.update(node.name.split("."))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            names.update(re.findall(r"\w+", node.value))  # getattr(torch, "softmax") counts; docstrings do not
     return names
 
 
