@@ -36,16 +36,18 @@ from transformer_lm.judging import CheckFailed
 TILED_CHECKS = (("flash_forward", "values"), ("flash_memory", "memory"), ("causal_skipping", "work"))
 
 
-def tiled(exp=torch.exp, product=torch.matmul, dtype=None, trim=False, future=None, in_place=False):
+def tiled(exp=torch.exp, product=torch.matmul, dtype=None, trim=False, future=None, in_place=False, legacy=False):
     """A student's tiled forward: ``exp`` and ``product`` as given, computed in ``dtype``; ``trim``
     leaves out the keys of a diagonal tile that every query of the tile has in its future;
     ``future(s, vb)``, when given, is what it does with each tile a causal mask lets it skip (an
-    evasion that does the work and throws it away); ``in_place`` accumulates with ``mul_``/``add_``."""
+    evasion that does the work and throws it away); ``in_place`` accumulates with ``mul_``/``add_``;
+    ``legacy`` makes its outputs with the legacy constructor ``torch.Tensor(*sizes)`` (float32, the
+    way fairseq-style code does), which PyTorch runs past the dispatch mode."""
     def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
         q_, k_, v_ = ((t.to(dtype) if dtype else t) for t in (q, k, v))
         t_q, t_k, scale = q.shape[-2], k.shape[-2], q.shape[-1] ** -0.5
-        out = q_.new_empty(*q.shape[:-1], v.shape[-1])
-        lse = q_.new_empty(q.shape[:-1])
+        out = torch.Tensor(*q.shape[:-1], v.shape[-1]) if legacy else q_.new_empty(*q.shape[:-1], v.shape[-1])
+        lse = torch.Tensor(*q.shape[:-1]) if legacy else q_.new_empty(q.shape[:-1])
         for qs in range(0, t_q, block_q):
             qb = q_[..., qs:qs + block_q, :]
             m = q_.new_full(qb.shape[:-1], float("-inf"))
@@ -364,6 +366,7 @@ CORRECT = {
     "einsum_tiles": tiled(product=einsum_product),
     "trimmed_diagonal": tiled(trim=True),
     "accumulates_in_place": tiled(in_place=True),
+    "legacy_constructors": tiled(legacy=True),
     "everything_at_once": tiled(exp=exp_in_place, product=einsum_product, dtype=torch.float64, trim=True,
                                 in_place=True),
 }
@@ -384,18 +387,3 @@ def test_correct_online_softmax_variants_pass(name):
         e = (x - m.unsqueeze(-1)).exp_() if name == "exp_in_place" else torch.exp(x - m.unsqueeze(-1))
         return (e / sum_by_blocks(e, step).unsqueeze(-1)).to(scores.dtype)
     visible("online_softmax", "online_softmax")(online_softmax)
-
-
-@pytest.mark.parametrize("route", ["flash = torch.compile(flash_forward)", "scripted = torch.jit.script(flash_forward)",
-                                   "out = torch._C._nn.scaled_dot_product_attention(q, k, v)",
-                                   "from torch.utils._mode_utils import no_dispatch"])
-def test_code_that_compiles_or_calls_torchs_c_bindings_is_flagged_before_it_runs(route):
-    """What runs compiled, or straight through torch's C bindings, may not pass the dispatcher's
-    Python modes: an answer that does either is marked tampered (and flagged), while the correct
-    variants' code is not."""
-    import inspect
-
-    from autograder.preflight import tampering
-
-    assert tampering(route)
-    assert not tampering(inspect.getsource(tiled))

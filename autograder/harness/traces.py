@@ -86,11 +86,10 @@ def sealed_traces():
 def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
     """A torch-function mode and a dispatch mode that report each call of a function or ATen
     operator of ``names`` as it happens, with the execution counts of the notebook cells on the
-    stack (innermost first), and each torch function that made a tensor while no operator passed
-    the dispatch mode, as :data:`~transformer_lm.sandboxed.call_trace.UNTRACED`; frozen, and with
-    nothing of their own to change."""
+    stack (innermost first); frozen, and with nothing of their own to change. They only explain a
+    failed item (which forbidden name ran, and from which cell): no point rests on them."""
 
-    def note(name: str, _names=names | {call_trace.UNTRACED}, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
+    def note(name: str, _names=names, _send=send, _getframe=getframe, _cell=CELL_FILE.match,
              _course=call_trace.COURSE_CODE_FILE, _int=int, _course_count=COURSE_CODE_COUNT) -> None:
         if name not in _names:
             return
@@ -104,22 +103,13 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
             frame = frame.f_back
         _send("ran", name=name, counts=counts)
 
-    operators = [0]  # how many the dispatch mode has seen: a function that made a tensor without one bypassed it
-
     class FunctionNames(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note, _getattr=getattr,
-                               _operators=operators, _untraced=call_trace.made_untraced, _name=call_trace.UNTRACED):
-            name = _getattr(func, "__name__", "")
-            _note(name)
-            before = _operators[0]
-            result = func(*args, **(kwargs or {}))
-            if _operators[0] == before and _untraced(name, result, args, kwargs or {}):
-                _note(_name)
-            return result
+        def __torch_function__(self, func, types, args=(), kwargs=None, _note=note, _getattr=getattr):
+            _note(_getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
 
     class OperatorNames(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note, _operators=operators):
-            _operators[0] += 1
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note):
             _note(func.name())
             return func(*args, **(kwargs or {}))
 

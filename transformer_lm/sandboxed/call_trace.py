@@ -2,9 +2,11 @@
 judges what a student's answer may not call (``scaled_dot_product_attention`` where the task is to
 write attention), by what runs rather than by the names its text mentions.
 
-The trusted side runs it in the student's kernel (:mod:`transformer_lm.forbidding`); in the grading
-sandbox the harness builds its own frozen modes on :func:`made_untraced`, :data:`UNTRACED` and
-:data:`COURSE_CODE_FILE`, which the trusted side reads back (:data:`COURSE_CODE_CELL`).
+The visible checks run it in the student's kernel (:mod:`transformer_lm.forbidding`), where it
+refuses a forbidden call and a product made past the dispatcher. In the grading sandbox the
+harness builds its own frozen modes on :data:`COURSE_CODE_FILE`, which the trusted side reads back
+(:data:`COURSE_CODE_CELL`); there they only say which forbidden name ran, and from which cell: the
+forbidden kernels are absent from that run, which is what costs the points.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ def made_untraced(name: str, result, args, kwargs: dict, _list=list,
     of its arguments had), though no operator passed the dispatch trace while it ran: returning an
     argument (``x.float()`` of a float tensor) or a view of one makes nothing, and neither does
     reading an attribute (``__get__``: ``x.grad``). A tensor without plain storage (a sparse one)
-    is left out."""
+    is left out, and so is a tensor made from no tensor at all: PyTorch's legacy constructors
+    (``torch.Tensor(3, 4)``, ``torch.FloatTensor(2)`` in fairseq-style code) make theirs past the
+    dispatch mode, and honest code uses them. A product of the student's tensors made out of sight
+    has tensors among its arguments."""
     def pointers(value) -> set[int]:
         found = set()
         for tensor in tensors_in(value):
@@ -43,7 +48,8 @@ def made_untraced(name: str, result, args, kwargs: dict, _list=list,
             except _error:
                 continue
         return found
-    return name != "__get__" and bool(pointers(result) - pointers(_list(args) + _list(kwargs.values())))
+    given = pointers(_list(args) + _list(kwargs.values()))
+    return name != "__get__" and bool(given) and bool(pointers(result) - given)
 
 
 class _Watch:
