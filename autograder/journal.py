@@ -26,15 +26,25 @@ COURSE_CODE = -1
 
 
 def parse(data: bytes) -> list[dict]:
-    """The journal's events; unreadable lines (a crash mid-write) are skipped."""
+    """The journal's events. Only the server writes the journal, each line whole with one write, and
+    the server acts on each event it writes (it releases the course's code on a probe's end): a
+    whole line that cannot be read back, or a journal longer than :data:`MAX_JOURNAL_BYTES`, is one
+    the reader would see differently from the server, so it ends the events with a ``garbled`` note,
+    which makes the step it came in ``tampered``. A last line without its newline is one being
+    written while it is read, and waits for the next reading."""
     events = []
-    for line in data[:MAX_JOURNAL_BYTES].decode("utf-8", "replace").splitlines():
+    if len(data) > MAX_JOURNAL_BYTES:
+        return [*parse(data[:data.rfind(b"\n", 0, MAX_JOURNAL_BYTES) + 1]),
+                {"event": "garbled", "why": f"the run reported more than {MAX_JOURNAL_BYTES // 2**20} MiB"}]
+    whole = data[:data.rfind(b"\n") + 1].decode("utf-8", "replace")
+    for number, line in enumerate(whole.split("\n")[:-1], 1):
         try:
             event = json.loads(line)
         except (ValueError, RecursionError):
-            continue
-        if isinstance(event, dict) and isinstance(event.get("event"), str):
-            events.append(event)
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            return [*events, {"event": "garbled", "why": f"line {number} of the run's journal cannot be read"}]
+        events.append(event)
     return events
 
 

@@ -27,6 +27,10 @@ MAX_FILES = 512
 FILE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,120}\.safetensors")
 SERVER_EVENTS = frozenset({"ready", "garbled"})
 """Events only the server writes: a run that sends one is forging."""
+MAX_EVENT_DEPTH = 32
+"""How deep an event's JSON may nest. What a probe reports (a record's shape, a list of token lists)
+nests a few levels; a deeper event is one made so that a reader with less stack than the server
+cannot read its line of the journal back, while the server has acted on it."""
 
 
 def senders(fd: int):
@@ -127,6 +131,8 @@ class Collector:
             return "an event that is not JSON"
         if not isinstance(event, dict) or not isinstance(event.get("event"), str) or event["event"] in SERVER_EVENTS:
             return "an event the run may not send"
+        if depth(event) > MAX_EVENT_DEPTH:
+            return f"an event nested more than {MAX_EVENT_DEPTH} levels deep"
         self.journal(event)
         return None
 
@@ -150,3 +156,15 @@ class Collector:
         self.broken = True
         self._buffer.clear()
         self.journal({"event": "garbled", "why": problem})
+
+
+def depth(value) -> int:
+    """How deep ``value`` (parsed JSON) nests: 0 for a number or a string, one more for each list or
+    object around it. Counted without recursion, so any depth the parser took can be measured."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        value, level = todo.pop()
+        if isinstance(value, (list, dict)):
+            deepest = max(deepest, level + 1)
+            todo.extend((inner, level + 1) for inner in (value.values() if isinstance(value, dict) else value))
+    return deepest

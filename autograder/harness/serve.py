@@ -120,21 +120,35 @@ def clear_keys(libc) -> None:
 class Gate:
     """Gives the run each stage of the course's code (``<in>/course/stages.json``, which the run
     cannot see) only once every probe before that stage has ended: the student's own probes before
-    the first stage, each stage's probes before the next."""
+    the first stage, each stage's probes before the next.
+
+    A probe has ended only as the trusted reader of the journal (:mod:`autograder.journal`) would
+    count it: started, then ended with nothing between but notes of what it ran, once. An event out
+    of that order is one the reader reads as tampering, and the gate gives nothing more, so forged
+    ends of probes that never ran bring the course's code no sooner."""
 
     def __init__(self, path: str, fd: int):
         with open(path) as f:
             data = json.load(f)
         self.fd, self.stages, self.waiting = fd, data["stages"], set(data["own"])
+        self.open_probe, self.ended, self.shut = None, set(), False
         self._release()
 
     def seen(self, event: dict) -> None:
-        if event["event"] == "probe_end":
-            self.waiting.discard(event.get("probe"))
+        name, pid = event["event"], event.get("probe")
+        if self.shut or name in ("ready", "ran", "refused"):
+            return
+        if name == "probe_start" and self.open_probe is None and isinstance(pid, str) and pid not in self.ended:
+            self.open_probe = pid
+        elif name == "probe_end" and pid is not None and pid == self.open_probe:
+            self.open_probe = None
+            self.ended.add(pid)
             self._release()
+        elif name.startswith("probe_") or self.open_probe is not None or name in ("tampered", "garbled"):
+            self.shut = True
 
     def _release(self) -> None:
-        while not self.waiting and self.stages:
+        while self.waiting <= self.ended and self.stages:
             stage = self.stages.pop(0)
             report.send(self.fd, stage["code"])
             self.waiting = set(stage["pids"])
