@@ -111,8 +111,10 @@ def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_
         from harness import memory_cap
         memory_cap.cap(48 * 2**20)
     ''') + TRY + '''
-attempt("a T x T float32 matrix", lambda: torch.empty(16384, 16384))
-attempt("a T x T boolean mask", lambda: torch.ones(16384, 16384, dtype=torch.bool))
+attempt("a T x T float32 matrix", lambda: torch.empty(8192, 8192))
+attempt("a T x T boolean mask", lambda: torch.ones(8192, 8192, dtype=torch.bool))
+attempt("a row of a query block", lambda: torch.empty(2048, 8192))
+attempt("a T x T float16 matrix", lambda: torch.empty(8192, 8192, dtype=torch.float16))
 attempt("a raw storage", lambda: torch.UntypedStorage(2**28))
 attempt("complex128 viewed as float32", lambda: torch.empty(4096, 4096, dtype=torch.complex128).view(torch.float32))
 attempt("a NumPy array", lambda: numpy.ones((8192, 8192), numpy.float32))
@@ -122,7 +124,7 @@ attempt("a shared anonymous map", lambda: mmap.mmap(-1, 2**28))
 attempt("a file in /tmp", lambda: open("/tmp/scores-" + str(os.getpid()), "wb").write(bytes(2**20)))
 attempt("a memfd", lambda: os.write(os.memfd_create("scores"), bytes(2**20)))
 attempt("raising the cap", lambda: resource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40)))
-attempt("four tiles", lambda: [torch.empty(2**20) for _ in range(4)])
+attempt("four tiles", lambda: [torch.empty(2048, 256) for _ in range(4)])
 ''')
     got = dict(line.rsplit(" ", 1) for line in out.splitlines())
     assert got.pop("four tiles") == "ran"

@@ -14,6 +14,7 @@ import builtins
 
 import math
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,21 +169,40 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     return Verdict("passed", f"Correct: {what} the reference.")
 
 
+class Computed:
+    """A value made on its first use and kept: what only a failing record needs, where making it
+    costs seconds (the records of the catalogued mistakes at a capped check's size). Grading
+    threads share it, so it is made once."""
+
+    def __init__(self, make):
+        self._make, self._value, self._lock = make, None, threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            if self._make is not None:
+                self._value, self._make = self._make(), None
+        return self._value
+
+
 @dataclass
 class RecordJudge:
     """Judges a probe's record against ``expected``, naming the first of the ``candidates``
-    (each mistake's record on the same inputs) that it matches, with hints in the notebook's
-    ``names`` for shapes. Data alone, so a visible check can store it."""
+    (each mistake's record on the same inputs, or a :class:`Computed` that makes them when a
+    record fails) that it matches, with hints in the notebook's ``names`` for shapes. Data alone
+    (but for a :class:`Computed`), so a visible check can store it."""
 
     expected: dict[str, torch.Tensor]
-    candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None
+    candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | Computed | None = None
     names: dict[str, str] | None = None
     call: str = ""     # what was called, put before a failure's message
     passed: str = ""   # the message of a pass, in place of the general one
     labels: dict[str, str] | None = None   # how a failure's message speaks of a record's key
 
     def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
-        verdict = judge(record, self.expected, self.candidates, values=values, labels=self.labels)
+        later = isinstance(self.candidates, Computed)
+        verdict = judge(record, self.expected, None if later else self.candidates, values=values, labels=self.labels)
+        if later and not verdict.passed:
+            verdict = judge(record, self.expected, self.candidates(), values=values, labels=self.labels)
         verdict.names = self.names
         if verdict.passed and self.passed:
             verdict.message = self.passed

@@ -17,7 +17,7 @@ import torch
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.flaws import TilingFlaws
-from transformer_lm.judging import RecordJudge
+from transformer_lm.judging import Computed, RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, OutsideJudge,
@@ -219,18 +219,31 @@ class FlashFunctionCheck:
         return Prepared(ProbeCall.of(probes.probe_autograd_function, {"cls": self.object}, arguments), judge_function)
 
 
-def tiled_reference(tensors: dict[str, torch.Tensor], case: TileCase, gradients: bool) -> dict[str, torch.Tensor]:
-    """The reference's tiled attention computed in float64 (the whole matrix would not fit at the
-    sizes of a capped check): the output and the log-sum-exp, or with ``gradients`` the output and
-    the gradients of q, k and v, in float32."""
+def exact_by_query_blocks(tensors: dict[str, torch.Tensor], causal: bool, gradients: bool,
+                          rows: int = 512) -> dict[str, torch.Tensor]:
+    """:func:`exact_attention` (or with ``gradients`` the output and :func:`exact_gradients`) at a
+    capped check's size, where the whole score matrix would not fit in the grader's memory either:
+    the same float64 sums, ``rows`` queries at a time against every key, in float32. It shares no
+    code with the tiled reference, so a mistake of the tiling could not hide in both."""
     leaves = {name: tensors[name].double().requires_grad_(gradients) for name in "qkv"}
-    if not gradients:
-        with torch.no_grad():
-            out, lse = reference.flash_forward(*leaves.values(), case.causal, case.block_q, case.block_k)
-        return {"output": out.float(), "lse": lse.float()}
-    out = reference.FlashAttention.apply(*leaves.values(), case.causal, case.block_q, case.block_k)
-    out.backward(tensors["grad_output"].double())
-    return {"output": out.detach().float(), **{f"grad.{name}": leaf.grad.float() for name, leaf in leaves.items()}}
+    q, k, v = leaves.values()
+    mask = reference.causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+    outputs, lses = [], []
+    for start in range(0, q.shape[-2], rows):
+        block = slice(start, start + rows)
+        with torch.set_grad_enabled(gradients):
+            scores = reference.apply_mask(reference.attention_scores(q[..., block, :], k),
+                                          None if mask is None else mask[block])
+            out = reference.masked_softmax(scores) @ v
+        if gradients:
+            out.backward(tensors["grad_output"][..., block, :].double())
+        else:
+            lses.append(torch.logsumexp(scores, dim=-1))
+        outputs.append(out.detach())
+    found = {"output": torch.cat(outputs, dim=-2).float()}
+    if gradients:
+        return {**found, **{f"grad.{name}": leaf.grad.float() for name, leaf in leaves.items()}}
+    return {**found, "lse": torch.cat(lses, dim=-1).float()}
 
 
 def untraced_call(name: str, tensors: dict[str, torch.Tensor], case: TileCase, backward: bool) -> ProbeCall:
@@ -249,7 +262,8 @@ def untraced_call(name: str, tensors: dict[str, torch.Tensor], case: TileCase, b
 def capped_candidates(tensors: dict[str, torch.Tensor], case: TileCase, backward: bool) -> dict:
     """What each catalogued mistake of the values (the forward's, or the backward's gradients)
     gives at a capped check's size, in float32: a capped call that fails by one of them names it,
-    and keeps its points where the values' own item was charged with it (one mistake costs once)."""
+    and keeps its points where the values' own item was charged with it (one mistake costs once).
+    Seconds of work, made only when a record fails (:class:`~transformer_lm.judging.Computed`)."""
     q, k, v = (tensors[name] for name in "qkv")
     if backward:
         return {m: {f"grad.{name}": g for name, g in zip("qkv", mistakes.flawed_flash_gradients(
@@ -278,8 +292,8 @@ class CappedCheck:
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         case, tensors = self.case, self.case.tensors(generator)
-        expected = tiled_reference(tensors, case, self.backward)
-        candidates = capped_candidates(tensors, case, self.backward)
+        expected = exact_by_query_blocks(tensors, case.causal, self.backward)
+        candidates = Computed(lambda: capped_candidates(tensors, case, self.backward))
         scores = case.seq_q * case.seq_k * 4 / 2**20
         what = f"the backward of {self.object}.apply" if self.backward else self.object
         failure = (f"At T={case.seq_q} (one head's score matrix: {scores:,.0f} MiB in float32) {what} may hold "

@@ -6,7 +6,7 @@ fewer queries than keys, a single query, and rows whose scores lie hundreds apar
 shared by all rows underflows there).
 
 Memory and work earn points only from facts the student's process cannot forge. Memory: at
-T=16384 (one head's score matrix is 1 GiB in float32) the forward, and the backward, run in a run
+T=8192 (one head's score matrix is 256 MiB in float32) the forward, and the backward, run in a run
 whose memory the kernel caps at 48 MiB more than it held before its first cell; a tiled pass
 needs a few MiB, and the values are judged here. Work: one key block, drawn from the secret, is
 made NaN in k and v, and the rows of the query blocks before it must come out clean and right (a
@@ -38,11 +38,11 @@ SPREAD = TileCase(batch=2, heads=1, seq_q=33, seq_k=33, dim=8, dim_v=6, block_q=
 # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 MEMORY = TileCase(batch=2, heads=2, seq_q=96, seq_k=96, dim=8, dim_v=6, block_q=16, block_k=12)
 CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, block_q=12, block_k=16, causal=True)
-# T*T = 268 million (1 GiB in float32, 256 MiB as booleans); a tile of 1024 x 256 is 1 MiB, a row
-# of a query block 64 MiB; q, k and v 256 KiB each
-CAPPED = TileCase(batch=1, heads=1, seq_q=16384, seq_k=16384, dim=4, dim_v=4, block_q=1024, block_k=256, causal=True)
+# T*T = 67 million (256 MiB in float32, 64 MiB as booleans); a tile of 2048 x 256 is 2 MiB, a row
+# of a query block 64 MiB; q, k and v 128 KiB each
+CAPPED = TileCase(batch=1, heads=1, seq_q=8192, seq_k=8192, dim=4, dim_v=4, block_q=2048, block_k=256, causal=True)
 # the forward is capped without the mask too: a call that keeps the scores only then gains nothing
-CAPPED_FULL = TileCase(batch=1, heads=1, seq_q=16384, seq_k=16384, dim=4, dim_v=4, block_q=1024, block_k=256)
+CAPPED_FULL = TileCase(batch=1, heads=1, seq_q=8192, seq_k=8192, dim=4, dim_v=4, block_q=2048, block_k=256)
 MEMORY_CAP = 48 * 2**20
 # one key block of 16 made NaN: the query blocks before it must stay clean
 SKIPPING = TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16, block_k=16, causal=True)
