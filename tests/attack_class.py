@@ -244,9 +244,10 @@ TRACE = {
                           "    setattr(events, 'name', lambda self: 'nothing')\nexcept TypeError:\n    pass\n",
                           TRACE_OFF_UNSEEN),
 }
-UNSEEN = {"t09_ctypes", "t14_profiler_left_on"}
-"""Trace attacks that lose the item without a flag: ctypes refuses its calls (which raise no audit
-event to flag) and the witness cannot start beside a profiler left on (the probe fails)."""
+UNSEEN = {"t02_pop_modes", "t09_ctypes", "t14_profiler_left_on"}
+"""Trace attacks that lose the item without a flag, since they fail before they reach the absent
+library: popping the modes fails where no trace is on (the capped calls run untraced), ctypes
+refuses its calls (which raise no audit event to flag), and a profiler left on fails the probe."""
 
 # Forging the report: the run sends its own end of the probe it is in (with a record of its own
 # making), then returns as usual (the real end follows), or dies at once.
@@ -373,11 +374,11 @@ KEEP = {
     "t33_tracemalloc_off": ("import numpy, tracemalloc\n    tracemalloc.stop()\n"
                             "    kept = numpy.concatenate([r.numpy() for r in rows], axis=-2) if rows else None", False),
     "t32_dispatch_off": ("with getattr(getattr(torch, '_' + 'C'), '_Disable' + 'TorchDispatch')():\n"
-                         "        kept = q @ k.transpose(-2, -1)", True),
+                         "        kept = q @ k.transpose(-2, -1)", False),
 }
-"""Each with whether the grader flags it: a process, a memory map and the dispatcher's tracing
-turned off are seen as they happen; the rest lose flash_memory, measured at T=4096 (switching
-``tracemalloc`` off is refused, and the call fails)."""
+"""Each with whether the grader flags it: a process and a memory map are refused as they happen;
+the rest lose flash_memory under the memory cap at T=8192, with no flag (keeping memory is no
+evidence of tampering: a wrong answer does it too)."""
 
 
 def attacks(good: dict, blank: dict) -> list[Attack]:

@@ -129,3 +129,20 @@ attempt("four tiles", lambda: [torch.empty(2048, 256) for _ in range(4)])
     got = dict(line.rsplit(" ", 1) for line in out.splitlines())
     assert got.pop("four tiles") == "ran"
     assert [label for label, status in got.items() if status == "ran"] == []
+
+
+def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_fits():
+    """Each 2048 x 64 tile freed while its row maxima stay alive: without the allocator set to unmap
+    freed blocks, glibc's heap grows by a tile each time (64 MiB over 128 tiles) and the honest pass
+    fails under the cap; with it, the pass fits, and the whole matrix still does not."""
+    out = run(textwrap.dedent('''
+        import torch
+        torch.set_num_threads(1)
+        from harness import memory_cap
+        q, k = torch.randn(2048, 4), torch.randn(8192, 4)
+        memory_cap.cap(48 * 2**20)
+    ''') + TRY + '''
+attempt("row maxima of every tile kept", lambda: [(q @ k[s:s + 64].T).amax(-1) for s in range(0, 8192, 64)] * 2)
+attempt("the whole matrix", lambda: torch.empty(8192, 8192))
+''')
+    assert out.splitlines() == ["row maxima of every tile kept ran", "the whole matrix RuntimeError"]

@@ -139,7 +139,8 @@ def test_a_causal_forward_that_computes_every_key_block_loses_the_skipping_item_
 
 
 def test_grading_takes_seconds_per_submission(graded):
-    """A generous bound of 15 s per submission that only a grader gone wrong exceeds (speed is
-    measured by benchmarks)."""
+    """A generous bound of 25 s per submission that only a grader gone wrong exceeds (speed is
+    measured by benchmarks): each submission runs its capped calls at T=8192, and the class's
+    preparation computes exact attention at that size, beside another test file on the other core."""
     reports, _, seconds = graded
-    assert seconds < 15 * len(reports), f"grading {len(reports)} submissions took {seconds:.1f} s"
+    assert seconds < 25 * len(reports), f"grading {len(reports)} submissions took {seconds:.1f} s"

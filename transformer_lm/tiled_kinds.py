@@ -298,8 +298,9 @@ class CappedCheck:
         what = f"the backward of {self.object}.apply" if self.backward else self.object
         failure = (f"At T={case.seq_q} (one head's score matrix: {scores:,.0f} MiB in float32) {what} may hold "
                    f"{self.memory_cap / 2**20:g} MiB more than the notebook held before it ran, a cap the kernel "
-                   "enforces; a tiled pass needs a fraction of that. The call failed under the cap: it holds the "
-                   "whole score matrix, or a whole row of scores for a block of queries, somewhere.")
+                   "enforces; a tiled pass needs a fraction of that. The call raised an error under the cap, as a "
+                   "call that holds the whole score matrix, or a whole row of scores for a block of queries, does "
+                   "(the error says which line).")
         call = untraced_call(self.object, tensors, case, self.backward)
         judge_values = RecordJudge(expected, candidates, call=f"{case.call(what)}, under the memory cap",
                                    passed=f"Correct: at T={case.seq_q} the call fits under the memory cap, with the "

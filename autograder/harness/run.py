@@ -197,9 +197,9 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     trace = traces.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
     tensor_trace.TRACE_FACTORY = traces.sealed_traces()
     io = (send, send_file, guard.checker(send, guard.snapshot()), trace)
-    type_objects.disarm_ctypes()
     if plan.get("memory_cap"):
-        memory_cap.cap(plan["memory_cap"])
+        memory_cap.cap(plan["memory_cap"])   # first: it sets the allocator through ctypes
+    type_objects.disarm_ctypes()
     refusals.install(send)
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:
