@@ -1,0 +1,59 @@
+"""Assignment 05 graded against a truth known from outside the grader (``tests/outside_truth_class.py``):
+honest tiled attention in the styles of public code gets every point with no flag, and each
+submission that cheats on memory, work or the forbidden library loses the items it cheats on. Both
+lists are graded as one class, once, with two workers, through the real pipeline."""
+
+import json
+
+import pytest
+
+import notebook_tools as tools
+import outside_truth_class as truth
+from autograder import sandbox
+
+A = truth.A
+GOOD = truth.solution()
+HONEST = truth.honest(GOOD)
+ATTACKS = truth.attacks(GOOD)
+pytestmark = pytest.mark.timeout(1500)   # grading 47 notebooks of assignment 05 on two workers (about 4 minutes)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every submission's report, by student."""
+    if sandbox.detect_isolation().name != "bubblewrap":
+        pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
+    from test_attacks import reports, write_class
+
+    root = tmp_path_factory.mktemp("outside_truth")
+    write_class(root, {s.student: s.notebook for s in HONEST + ATTACKS})
+    tools.grade_course(root, A, workers=2)
+    return reports(root)
+
+
+def items_of(report: dict) -> dict[str, dict]:
+    return {item["grade_id"]: item for item in report["items"]}
+
+
+def test_the_class_is_large_enough():
+    assert len(HONEST) >= 30 and len(ATTACKS) >= 12, (len(HONEST), len(ATTACKS))
+    assert len({s.student for s in HONEST + ATTACKS}) == len(HONEST + ATTACKS)
+    assert all(s.lost and s.lost <= set(truth.ITEMS) for s in ATTACKS) and not any(s.lost for s in HONEST)
+
+
+@pytest.mark.parametrize("student", [s.student for s in HONEST])
+def test_honest_tiled_attention_gets_every_point_and_no_flag(graded, student):
+    report = graded[student]
+    failed = [(i["grade_id"], i["status"], i["message"][:300]) for i in report["items"] if i["status"] != "passed"]
+    assert not failed and report["total"] == report["max_total"], failed
+    assert set(items_of(report)) == set(truth.ITEMS)
+    assert report["flags"] == [], report["flags"]
+
+
+@pytest.mark.parametrize("student", [s.student for s in ATTACKS])
+def test_an_attack_loses_every_item_it_cheats_on(graded, student):
+    case = next(s for s in ATTACKS if s.student == student)
+    items = items_of(graded[student])
+    kept = {gid: (items[gid]["status"], items[gid]["score"], items[gid]["message"][:300]) for gid in case.lost
+            if items[gid]["status"] == "passed" or items[gid]["score"] != 0}
+    assert not kept, kept
