@@ -17,7 +17,7 @@ the trusted side reads as tampering, whatever the run reported before.
   ``Py_TPFLAGS_IMMUTABLETYPE`` (:func:`harness.type_objects.freeze`), so none of their methods can be
   replaced.
 * **Bound names**: the code that runs while a student's code is on the stack (the trace's
-  accounting, its notes, the witness) finds Python's builtins and its helpers in its own defaults,
+  accounting, its notes) finds Python's builtins and its helpers in its own defaults,
   so a name rebound for a moment (``builtins.max``) changes nothing it counts.
 * **A snapshot** of every function the trusted code calls (the harness, the probes, json,
   safetensors, the parts of PyTorch that run a probe or switch a trace), compared before and after
@@ -146,7 +146,8 @@ def prepare(probe_code: types.CodeType) -> None:
 
 
 def FROZEN_CLASSES() -> tuple[type, ...]:  # noqa: N802 - a constant made once torch and json are loaded
-    """PyTorch's and json's classes that a probe's trace, its witness and its record go through."""
+    """PyTorch's and json's classes that a probe's trace and its record go through (and the profiler's
+    events, which the trace's guards keep to the grader)."""
     return (torch.Tensor, TorchDispatchMode, TorchFunctionMode, torch._ops.OpOverload, torch._ops.OpOverloadPacket,
             torch._C._DispatchOperatorHandle, torch.UntypedStorage, torch._C._autograd.ProfilerEvent,
             json.JSONEncoder, json.JSONDecoder)
