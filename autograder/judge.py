@@ -12,6 +12,7 @@ from autograder.forbidden import found_in_trace
 from autograder.preflight import Preflight
 from autograder.results import NOT_WRITTEN, ItemResult
 from autograder.spec import Explains, Item
+from transformer_lm.forbidding import forbidden_name
 from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL
 from transformer_lm.style import style_problems
 
@@ -71,14 +72,23 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
             return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
                            f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
                            "(the grader sees the operations that run, whatever name reached them).")
+        owner = next((cell for cell in outcome.absent_from if cell in answer_cells), None)
+        if outcome.status == "forbidden" and owner in charged and owner != (answer.index if answer else None):
+            # the absent call was made in an earlier answer charged with it: a failure here, which
+            # the course's stand-in for that answer may clear (one mistake costs points once)
+            first = first or replace(failed, message="It calls an earlier answer that calls the library version of "
+                                                     "what that exercise asks you to write, which is absent while "
+                                                     "this item is graded.")
+            continue
         if outcome.status == "forbidden":
             flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it called a library function that "
                     "the item forbids, which is absent from the run that checks it.")
             if flag not in flags:
                 flags.append(flag)
-            return replace(failed, status="forbidden", message="While it was checked, the answer called the library "
-                           "version of what this exercise asks you to write yourself (it is not available while the "
-                           "item is graded).")
+            names = sorted({forbidden_name(path) for path in item.forbids})
+            return replace(failed, status="forbidden", message=f"While it was checked, the answer called the library "
+                           f"version of what this exercise asks you to write yourself ({' or '.join(names)}, which "
+                           f"is not available while the item is graded).")
         problem = _probe_problem(item, pid, outcome, assignment, pre, run, failed)
         if problem is None:
             continue

@@ -68,6 +68,9 @@ class ProbeOutcome:
     record: dict[str, torch.Tensor] | None = None
     value: object = None
     ran: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
+    absent_from: tuple[int, ...] = ()
+    """For a call of what the run took out (``forbidden``): the notebook cells (plan indexes) on the
+    stack when it was made, innermost first, as far as the run said."""
 
 
 @dataclass
@@ -334,6 +337,9 @@ class _Attempts:
             if event.get("error"):
                 status = {"todo": "todo", "absent": "forbidden"}.get(event.get("kind"), "error")
                 outcome = ProbeOutcome(status, self._message(event, reading))
+                if status == "forbidden" and isinstance(event.get("cells"), list):
+                    outcome.absent_from = tuple(reading.counts[c] for c in event["cells"][:64]
+                                                if isinstance(c, int) and c in reading.counts)
             elif event.get("saved"):
                 record, problem = load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
                 outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
@@ -349,13 +355,21 @@ class _Attempts:
         if event.get("kind") == "probe":
             return public_text(str(event["error"])[:2000], self.plan["calls"])
         text = str(event["error"]) if is_builtin_exception(event["error"]) else "an exception"
-        where = event.get("where")
-        if isinstance(where, list) and len(where) == 2 and reading.counts.get(where[0]) is not None:
-            cell = next((c for c in self.cells if c.index == reading.counts[where[0]]), None)
-            lines = cell.source.splitlines() if cell else []
-            if isinstance(where[1], int) and 0 < where[1] <= len(lines):
-                text += f" (line {where[1]} of its cell: {lines[where[1] - 1].strip()[:200]})"
+        index, where = self._cell_of(event, reading), event.get("where")
+        cell = next((c for c in self.cells if c.index == index), None)
+        lines = cell.source.splitlines() if cell else []
+        if lines and isinstance(where[1], int) and 0 < where[1] <= len(lines):
+            text += f" (line {where[1]} of its cell: {lines[where[1] - 1].strip()[:200]})"
         return text
+
+    @staticmethod
+    def _cell_of(event: dict, reading: journal.Reading) -> int | None:
+        """The plan index of the cell an error was raised in (its ``where``: an execution count and a
+        line), or None when the run did not say, or said what no cell of the run was."""
+        where = event.get("where")
+        if isinstance(where, list) and len(where) == 2 and isinstance(where[0], int):
+            return reading.counts.get(where[0])
+        return None
 
     def _blame(self, step: tuple[str, object] | None, status: str, message: str) -> bool:
         """Gives a death's ``status`` and ``message`` to ``step``, the cell or probe the run was in

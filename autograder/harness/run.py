@@ -54,7 +54,9 @@ library (files on disk; student code has a cell's or a made-up file name)."""
 def describe(error: BaseException) -> dict:
     """What a student may learn of an exception raised in a run, as event fields: ``error``, the
     nearest of Python's own exception types it is an instance of, or a probe's own message;
-    and ``where``, the execution count of the notebook cell it was raised in and the line. Never a
+    and ``where``, the execution count of the notebook cell it was raised in and the line (for a call
+    of what the run took out, ``cells`` too: the counts of the cells on the stack, innermost first,
+    which say whose call it was). Never a
     message, class name or line text that the student's code could have made at run time: any of
     them could carry a hidden input out (the trusted side shows the line from the submitted cell).
     A probe's message counts as the probe's only when no student code is on its traceback: student
@@ -62,13 +64,14 @@ def describe(error: BaseException) -> dict:
     frames = list(traceback.walk_tb(error.__traceback__))
     if isinstance(error, ProbeError) and all(f.f_code.co_filename.startswith(TRUSTED_FILES) for f, _ in frames):
         return {"error": str(error.args[0])[:MAX_MESSAGE], "kind": "probe"}
-    where = None
+    where, cells = None, []
     for frame, line in frames:
         match = traces.CELL_FILE.match(frame.f_code.co_filename)
         if match:
             where = [int(match.group(1)), line]
+            cells.insert(0, int(match.group(1)))
     if isinstance(error, absence.Absent):  # it reached for what its item forbids (its words are not kept)
-        return {"error": "Absent", "kind": "absent", "where": where}
+        return {"error": "Absent", "kind": "absent", "where": where, "cells": cells}
     return {"error": builtin_exception(error), "where": where}
 
 
