@@ -62,33 +62,13 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
     first = None
     for check, pid in zip(item.checks, pids):
         outcome = run.outcomes[pid]
-        used = found_in_trace(item.forbids, outcome.ran, answer.index if answer else None, answer_cells,
-                              charged | {COURSE_CODE_CELL})
-        if used:
-            flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
-                    f"(seen in what ran, not in its text).")
-            if flag not in flags:
-                flags.append(flag)
-            return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
-                           f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
-                           "(the grader sees the operations that run, whatever name reached them).")
-        owner = next((cell for cell in outcome.absent_from if cell in answer_cells), None)
-        if outcome.status == "forbidden" and owner in charged and owner != (answer.index if answer else None):
-            # the absent call was made in an earlier answer charged with it: a failure here, which
-            # the course's stand-in for that answer may clear (one mistake costs points once)
-            first = first or replace(failed, message="It calls an earlier answer that calls the library version of "
-                                                     "what that exercise asks you to write, which is absent while "
-                                                     "this item is graded.")
+        forbidden = _forbidden_call(item, outcome, answer.index if answer else None, answer_cells, charged, failed,
+                                    flags)
+        if forbidden is not None and forbidden.status == "forbidden":
+            return forbidden
+        if forbidden is not None:
+            first = first or forbidden
             continue
-        if outcome.status == "forbidden":
-            flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it called a library function that "
-                    "the item forbids, which is absent from the run that checks it.")
-            if flag not in flags:
-                flags.append(flag)
-            names = sorted({forbidden_name(path) for path in item.forbids})
-            return replace(failed, status="forbidden", message=f"While it was checked, the answer called the library "
-                           f"version of what this exercise asks you to write yourself ({' or '.join(names)}, which "
-                           f"is not available while the item is graded).")
         problem = _probe_problem(item, pid, outcome, assignment, pre, run, failed)
         if problem is None:
             continue
@@ -102,6 +82,37 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
         return replace(first, status="failed", message=f"{first.message} {explanation.message}",
                        hint=explanation.hint or first.hint, mistake=explanation.mistake or first.mistake)
     return first
+
+
+def _forbidden_call(item: Item, outcome: runner.ProbeOutcome, own: int | None, answer_cells: set[int],
+                    charged: set[int], failed: ItemResult, flags: list[str]) -> ItemResult | None:
+    """A probe's forbidden call, as a result: ``forbidden`` (with a flag for the instructor) when this
+    item's answer made it, seen in what ran or met by its absence; a failure when the absent call was
+    made inside an earlier answer already charged with it (the course's stand-in for that answer may
+    clear it: one mistake costs points once); None when there was none."""
+    used = found_in_trace(item.forbids, outcome.ran, own, answer_cells, charged | {COURSE_CODE_CELL})
+    if used:
+        flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it ran {', '.join(used)} "
+                f"(seen in what ran, not in its text).")
+        if flag not in flags:
+            flags.append(flag)
+        return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
+                       f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
+                       "(the grader sees the operations that run, whatever name reached them).")
+    if outcome.status != "forbidden":
+        return None
+    owner = next((cell for cell in outcome.absent_from if cell in answer_cells), None)
+    if owner in charged and owner != own:
+        return replace(failed, message="It calls an earlier answer that calls the library version of what that "
+                                       "exercise asks you to write, which is absent while this item is graded.")
+    flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it called a library function that "
+            "the item forbids, which is absent from the run that checks it.")
+    if flag not in flags:
+        flags.append(flag)
+    names = sorted({forbidden_name(path) for path in item.forbids})
+    return replace(failed, status="forbidden", message=f"While it was checked, the answer called the library "
+                   f"version of what this exercise asks you to write yourself ({' or '.join(names)}, which "
+                   f"is not available while the item is graded).")
 
 
 def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignment: Assignment, pre: Preflight,
