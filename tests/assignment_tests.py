@@ -92,10 +92,10 @@ def release_contains_no_solutions(row: Assignment, source_nb) -> None:
         assert signature in code, signature
 
 
-def solution_runs_quickly_and_every_visible_check_passes(row: Assignment, solved) -> None:
-    """The solution notebook runs top to bottom in its time, and every item's test cell says so."""
-    nb, seconds = solved
-    assert seconds < row.solution_seconds, f"the solution notebook took {seconds:.1f} s"
+def solution_runs_and_every_visible_check_passes(row: Assignment, solved) -> None:
+    """The solution notebook runs top to bottom, each cell within the row's ``cell_timeout``, and
+    every item's test cell says so. (How long it takes is benchmarks/solution_notebooks.py's.)"""
+    nb = solved
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not tools.errors(cell), f"cell {cell.id} failed: {tools.errors(cell)}"
@@ -143,8 +143,8 @@ def tests_for(row: Assignment) -> dict:
     def test_release_contains_no_solutions(source_nb):
         release_contains_no_solutions(row, source_nb)
 
-    def test_solution_runs_quickly_and_every_visible_check_passes(solved):
-        solution_runs_quickly_and_every_visible_check_passes(row, solved)
+    def test_solution_runs_and_every_visible_check_passes(solved):
+        solution_runs_and_every_visible_check_passes(row, solved)
 
     def test_release_reports_todo_everywhere(released_run):
         release_reports_todo_everywhere(row, released_run)
@@ -153,7 +153,7 @@ def tests_for(row: Assignment) -> dict:
         solution_gets_full_marks_and_the_blank_release_zero(row, solution_and_blank)
 
     tests = (test_source_is_graded_as_planned, test_release_contains_no_solutions,
-             test_solution_runs_quickly_and_every_visible_check_passes, test_release_reports_todo_everywhere,
+             test_solution_runs_and_every_visible_check_passes, test_release_reports_todo_everywhere,
              test_solution_gets_full_marks_and_the_blank_release_zero)
     for test in tests:
         test.__doc__ = globals()[test.__name__.removeprefix("test_")].__doc__

@@ -57,8 +57,6 @@ class Assignment:
     reference_in_comments: frozenset[str] = frozenset()
     """Cells the grader runs whose comments speak of "the reference" (in every other cell the
     grader runs the word stands for the course's reference, which it never leans on)."""
-    solution_seconds: float = 60
-    """How long the solution notebook may take, top to bottom."""
     cell_timeout: int = 120
     """How long one of its cells may take, in seconds, when the tests execute it."""
     check_says: Mapping[str, str] = field(default_factory=dict)
@@ -187,7 +185,7 @@ ASSIGNMENTS = (
         release_never_holds=("masked_fill(", "F.softmax(", "F.cross_entropy(", "torch.multinomial(", "torch.topk(",
                              "[{} for _ in model.blocks]"),
         reference_in_comments=frozenset({"block_test", "gpt_test", "generate_test", "kv_cache_test"}),
-        solution_seconds=240, cell_timeout=230,   # the training
+        cell_timeout=230,   # the training
         checks_print={"mingpt_attention": ("gradient fingerprint: [161, 13, 294, 0, 37187, 432]",),
                       "kv_cache": ("generate_with_cache: the tokens of generation without a cache",)},
         release_shows={"addition-data": ("79+61=041", "target: [-1, -1, -1, -1, -1, 0, 4, 1]"),

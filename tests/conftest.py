@@ -48,10 +48,9 @@ def source_nb(request):
 
 @pytest.fixture(scope="module")
 def solved(request, source_nb):
-    """The solution notebook, executed once (each cell within its row's ``cell_timeout``), and how
-    long it took."""
+    """The solution notebook, executed once, each cell within its row's ``cell_timeout``."""
     row = request.module.ROW
-    return tools.execute_timed(source_nb, cwd=row.source_dir, timeout=row.cell_timeout)
+    return tools.execute(source_nb, cwd=row.source_dir, timeout=row.cell_timeout)
 
 
 @pytest.fixture(scope="module")

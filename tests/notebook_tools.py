@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -129,13 +128,6 @@ def generate_release(assignment: str, course_root_copy, *, course_root=REPO_ROOT
         raise RuntimeError(f"nbgrader generate_assignment {assignment} failed (exit {result.returncode}):\n"
                            f"{result.stdout}\n{result.stderr}")
     return release
-
-
-def execute_timed(path_or_nb, *, cwd, timeout: int = 120) -> tuple[NotebookNode, float]:
-    """:func:`execute` without errors allowed, and how many seconds it took."""
-    start = time.perf_counter()
-    nb = execute(path_or_nb, cwd=cwd, timeout=timeout)
-    return nb, time.perf_counter() - start
 
 
 def squeeze(text: str) -> str:

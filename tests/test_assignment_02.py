@@ -250,7 +250,7 @@ def test_solution_demos_show_what_the_text_says(source_nb, solved):
         names = ("plot_heads", "probs_plain", "probs_causal")
         if cell.cell_type == "code" and any(name in cell.source for name in names):
             assert "softmax" not in cell.source, f"cell {cell.id} applies a softmax to probabilities"
-    nb, _ = solved
+    nb = solved
     cells = {cell.id: cell for cell in nb.cells}
     for plot in ("demo-plain", "demo-causal"):   # one figure per sequence
         images = [o for o in cells[plot].outputs if o.output_type == "display_data" and "image/png" in o.data]

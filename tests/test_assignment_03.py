@@ -112,7 +112,7 @@ def test_library_attention_only_in_test_and_demo_cells(source_nb):
 
 
 def test_diagram_is_drawn_and_torchview_only_mentioned(source_nb, solved):
-    nb, _ = solved
+    nb = solved
     diagram = next(c for c in nb.cells if c.id == "layer-diagram")
     assert "skip-grading" in diagram.metadata["tags"]
     assert any("image/png" in o.get("data", {}) for o in diagram.outputs)
@@ -124,7 +124,7 @@ def test_diagram_is_drawn_and_torchview_only_mentioned(source_nb, solved):
 def test_teaching_cells_are_ungraded_and_draw_or_assert(source_nb, solved):
     """The pictures and the predict-then-run cells are demonstrations: tagged skip-grading, drawn
     with matplotlib, and (where they state a fact) asserting it, so running the solution checks them."""
-    nb, _ = solved
+    nb = solved
     cells = {c.id: c for c in nb.cells}
     for figure in ("causal-heatmap", "mask-conventions-figure", "layer-diagram"):
         assert any("image/png" in o.get("data", {}) for o in cells[figure].outputs), figure
@@ -151,7 +151,7 @@ def test_teaching_cells_are_ungraded_and_draw_or_assert(source_nb, solved):
 def test_solution_shows_the_masking_answers(solved):
     """The fill-value question answered in numbers: -1e9 does not fit float16, a finite fill
     spreads a fully masked row evenly, -inf gives nan in a naive version and zeros in PyTorch."""
-    nb, _ = solved
+    nb = solved
     outputs = {c.id: tools.squeeze(tools.text_outputs(c)) for c in nb.cells if c.cell_type == "code"}
     assert "cannot be converted" in outputs["fill-value-demo"]
     assert "[0.3333, 0.3333, 0.3333]" in outputs["fill-value-demo"]
