@@ -34,10 +34,10 @@ PACKAGE = "transformer_lm"
 STUDENT_FILES = (
     "__init__.py", "catalog.py", "flaws.py", "checks.py", "judging.py", "prepared.py", "stored.py", "gpt_judges.py",
     "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "style.py", "measure.py",
-    "grader_check.py", "random_weights.py", "data/visible_checks.safetensors",
+    "grader_check.py", "random_weights.py", "capped_call.py", "data/visible_checks.safetensors",
     "sandboxed/__init__.py", "sandboxed/probes.py", "sandboxed/student_objects.py", "sandboxed/tensor_trace.py",
     "sandboxed/call_trace.py", "sandboxed/wire.py", "sandboxed/test_values.py", "sandboxed/viz.py",
-    "sandboxed/decoder.py", "sandboxed/outside.py", "sandboxed/data/test_values.safetensors",
+    "sandboxed/decoder.py", "sandboxed/memory_cap.py", "sandboxed/data/test_values.safetensors",
 )
 """The files of ``transformer_lm`` that students receive. The reference, the mistakes' code, the
 kinds of check and the visible checks' table (which prepare with the reference) stay here."""

@@ -7,20 +7,28 @@ returns a copy, so a notebook read once can be reused by several tests.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import matplotlib
 import nbformat
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-from autograder.cells import grade_id, marks
+from autograder.cells import grade_id, marks, with_grade_id
+from transformer_lm.judging import CheckFailed
+
+matplotlib.use("Agg")   # the notebooks' figures, drawn by visible_failures in this process
+import matplotlib.pyplot as plt  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,3 +264,37 @@ def grade_class(assignment: str, course_root, submissions: dict[str, NotebookNod
         nbformat.write(read(nb), folder / notebook_name)
     grade_course(root, assignment, workers=workers, cell_timeout=cell_timeout)
     return {s: json.loads((root / "reports" / assignment / f"{s}.json").read_text()) for s in submissions}
+
+
+def visible_failures(notebook: dict, test_ids: list[str], answers: dict[str, str] | None = None) -> dict:
+    """What each test cell of ``test_ids`` says, in this process, after the notebook's code cells
+    ran as the grader runs them (test cells and ``skip-grading`` cells left out), with ``answers``
+    (answer cell's grade_id -> source) put in: None where it passes, else its failure."""
+    answers = answers or {}
+    namespace = {"__name__": "__main__"}
+    cells = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    said = {}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cell in cells:
+            meta = marks(cell)
+            if (meta.get("grade") and not meta.get("solution")) or "skip-grading" in cell["metadata"].get("tags", []):
+                continue
+            code = answers.get(meta.get("grade_id"), "".join(cell["source"]))
+            try:
+                exec(compile(code, f"<cell {meta.get('grade_id', '')}>", "exec"), namespace)
+            except Exception:  # noqa: BLE001 - a broken answer is for the test cell to report
+                pass
+        for test_id in test_ids:
+            [test] = with_grade_id(cells, test_id)
+            try:
+                exec(compile("".join(test["source"]), f"<{test_id}>", "exec"), namespace)
+                said[test_id] = None
+            except CheckFailed as failure:
+                said[test_id] = str(failure)
+            except Exception as error:  # noqa: BLE001 - an error in the test cell fails it too
+                said[test_id] = f"{type(error).__name__}: {error}"
+            finally:
+                plt.close("all")
+    return said

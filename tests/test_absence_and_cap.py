@@ -1,7 +1,7 @@
 """What a grading run takes away before the first cell, tried as a student would try to get it back:
 the forbidden calls' kernels and torch's Python re-implementations of them
 (:mod:`autograder.harness.absence`), and memory beyond a cap the kernel enforces
-(:mod:`autograder.harness.memory_cap`). Each runs in a process of its own, as a run does, since
+(:mod:`transformer_lm.sandboxed.memory_cap`). Each runs in a process of its own, as a run does, since
 both change that process for good; what stays allowed keeps working."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_what_holds_the_kernels_out_cannot_be_undone_from_python(attack):
 def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not():
     out = run(textwrap.dedent('''
         import mmap, os, resource, numpy, torch
-        from harness import memory_cap
+        from transformer_lm.sandboxed import memory_cap
         memory_cap.cap(48 * 2**20)
     ''') + TRY + '''
 attempt("a T x T float32 matrix", lambda: torch.empty(8192, 8192))
@@ -138,7 +138,7 @@ def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_f
     out = run(textwrap.dedent('''
         import torch
         torch.set_num_threads(1)
-        from harness import memory_cap
+        from transformer_lm.sandboxed import memory_cap
         q, k = torch.randn(2048, 4), torch.randn(8192, 4)
         memory_cap.cap(48 * 2**20)
     ''') + TRY + '''

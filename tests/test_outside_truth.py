@@ -57,3 +57,21 @@ def test_an_attack_loses_every_item_it_cheats_on(graded, student):
     kept = {gid: (items[gid]["status"], items[gid]["score"], items[gid]["message"][:300]) for gid in case.lost
             if items[gid]["status"] == "passed" or items[gid]["score"] != 0}
     assert not kept, kept
+
+
+VISIBLE = HONEST[::5] + ATTACKS
+"""Six honest notebooks of different styles, and every attack: their visible test cells."""
+
+
+@pytest.mark.parametrize("student", [s.student for s in VISIBLE])
+def test_the_visible_checks_refuse_what_the_grader_refuses_and_keep_honest_code(student):
+    """A student's own test cells, run as the notebook runs them: an attack fails the test cell of
+    every item the grader takes from it (passing visibly never hides a 0; the memory items under the
+    grader's cap, in a forked process), and honest code passes every test cell."""
+    case = next(s for s in VISIBLE if s.student == student)
+    said = tools.visible_failures(case.notebook, [f"{item}_test" for item in truth.ITEMS])
+    refused = {test.removesuffix("_test") for test, failure in said.items() if failure}
+    if case.lost:
+        assert case.lost <= refused, {test: said[test] for test in said if test.removesuffix("_test") in case.lost}
+    else:
+        assert not refused, said

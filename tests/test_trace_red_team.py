@@ -5,8 +5,9 @@ runs it), for what it did; each correct variant passes every check.
 
 The evasions keep the whole score matrix in a buffer that no operator of the call created (a
 global, a closure's, one grown with ``resize_``), written with ``out=`` and worked on in place;
-keep it outside torch's tensors (a NumPy array, Python bytes, a memory map), in another process,
-in a tensor made only at a large T, or while the dispatcher's Python modes are off; hide a whole
+keep it outside torch's tensors (a NumPy array, Python bytes, a memory map: the test cell's call
+under the grader's memory cap refuses them), in another process (which the capped call may not
+start), in a tensor made only at a large T, or while the dispatcher's Python modes are off; hide a whole
 row of scores in an operator that is not called a reduction (a matrix product with ones,
 ``kthvalue``, ``topk``, ``aminmax``, ``nanmean``); do the work of the tiles a causal mask lets
 them skip through operators that were not counted (``sigmoid``, in-place ``exp_``, matrix products
@@ -267,7 +268,8 @@ def library_attention(kernel: str):
 
 
 TENSOR, ROW, COMBINED, WORK = "created a tensor of shape", "took a max or a sum along", "combined", "work with causal=True"
-OUTSIDE, PROCESS, UNTRACED, FORBIDDEN = "outside torch's tensors", "started 1 process", "dispatcher hidden", "while it was checked"
+OUTSIDE, PROCESS, UNTRACED, FORBIDDEN = "a cap the kernel enforces", "starts no process", "dispatcher hidden", \
+    "while it was checked"
 """What the message of the check an evasion meets says: it was refused for what it did."""
 
 EVASIONS = {

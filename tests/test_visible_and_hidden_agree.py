@@ -9,53 +9,19 @@ bank may list ``VISIBLE_GAPS``, ``{(grade_id, name): why}``, for a mistake that 
 hidden shapes; none does today.
 """
 
-import contextlib
-import io
-import warnings
-
-import matplotlib
 import pytest
 
 import notebook_tools as tools
 from autograder import audit
-from autograder.cells import marks, with_grade_id
 from autograder.course import Course, load_items
-from transformer_lm.judging import CheckFailed
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 COURSE = Course(tools.REPO_ROOT)
 ASSIGNMENTS = sorted(path.stem for path in (tools.REPO_ROOT / "autograder" / "checks" / "audit").glob("[0-9]*.py"))
 
 
-def visible_failure(solution: dict, answer_id: str, source: str, test_id: str) -> str | None:
-    """What the test cell ``test_id`` says on the solution with ``source`` in answer cell
-    ``answer_id``: None when it passes, else its failure."""
-    namespace = {"__name__": "__main__"}
-    cells = [c for c in solution["cells"] if c["cell_type"] == "code"]
-    [test] = with_grade_id(cells, test_id)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for cell in cells:
-            meta = marks(cell)
-            if (meta.get("grade") and not meta.get("solution")) or "skip-grading" in cell["metadata"].get("tags", []):
-                continue
-            code = source if meta.get("grade_id") == answer_id else "".join(cell["source"])
-            try:
-                exec(compile(code, f"<cell {meta.get('grade_id', '')}>", "exec"), namespace)
-            except Exception:  # noqa: BLE001 - a broken answer is for the test cell to report
-                pass
-        try:
-            exec(compile("".join(test["source"]), f"<{test_id}>", "exec"), namespace)
-        except CheckFailed as failure:
-            return str(failure)
-        except Exception as error:  # noqa: BLE001 - an error in the test cell fails it too
-            return f"{type(error).__name__}: {error}"
-        finally:
-            plt.close("all")
-    return None
+def visible_failure(solution: dict, answer_id: str, source: str, grade_id: str) -> str | None:
+    """What item ``grade_id``'s test cell says with ``source`` in answer cell ``answer_id``."""
+    return tools.visible_failures(solution, [f"{grade_id}_test"], {answer_id: source})[f"{grade_id}_test"]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -70,14 +36,14 @@ def test_the_visible_check_refuses_what_the_hidden_check_refuses(assignment):
     problems, agreed = [], 0
     for grade_id, labelled in refused.items():
         for label, source in labelled:
-            if visible_failure(solution, answers[grade_id], source, f"{grade_id}_test") is None \
+            if visible_failure(solution, answers[grade_id], source, grade_id) is None \
                     and (grade_id, label) not in bank.visible_gaps:
                 problems.append(f"{grade_id}: {label} passes the visible check; the grader refuses it")
             else:
                 agreed += 1
     for grade_id, labelled in bank.alternatives.items():
         for label, source in labelled:
-            failure = visible_failure(solution, answers[grade_id], source, f"{grade_id}_test")
+            failure = visible_failure(solution, answers[grade_id], source, grade_id)
             if failure is not None:
                 problems.append(f"{grade_id}: the correct alternative {label!r} fails the visible check: "
                                 f"{failure[:300]}")

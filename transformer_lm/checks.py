@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_lm import catalog, stored
+from transformer_lm import capped_call, catalog, stored
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # noqa: F401 - for the test cells
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.prepared import Prepared
@@ -80,11 +80,32 @@ def _report(name: str, verdict: Verdict, context: str = "") -> Verdict:
     return verdict
 
 
-def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verdict:
-    """Calls the prepared probe on ``objects`` (name -> the student's object) in this kernel and
-    judges it, showing values; ``context`` says, before a failure, what was called."""
+def call_prepared(name: str, prepared: Prepared, objects: dict):
+    """The prepared probe's result on ``objects``: called in this kernel, or for a check with a
+    ``memory_cap`` in a process of its own under that cap, as the grader calls it
+    (:mod:`transformer_lm.capped_call`, which raises ``CapUnavailable`` off Linux)."""
+    if not prepared.memory_cap:
+        return call_student(name, prepared.call.run_here, objects)
     try:
-        result = call_student(name, prepared.call.run_here, objects)
+        return capped_call.call_capped(functools.partial(call_student, name, prepared.call.run_here, objects),
+                                       prepared.memory_cap)
+    except capped_call.CappedCallRaised as raised:
+        if str(raised.error).startswith("TODO:"):
+            raise CheckFailed(str(raised.error)) from None
+        raise CheckFailed(f"{prepared.on_error}\n{raised}") from None
+    except capped_call.CappedCallFailed as failed:
+        raise CheckFailed(f"{prepared.on_error}\n{failed}") from None
+
+
+def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verdict | None:
+    """Calls the prepared probe on ``objects`` (name -> the student's object) and judges it,
+    showing values; ``context`` says, before a failure, what was called. None for a capped check
+    on a machine that cannot cap a call, which says so."""
+    try:
+        result = call_prepared(name, prepared, objects)
+    except capped_call.CapUnavailable as unavailable:
+        print(f"{name}: not checked under the memory cap here, since {unavailable}; the grader checks it.")
+        return None
     except CheckFailed as failed:   # an error of the answer: said with what was called, as a wrong value is
         if not context or str(failed).startswith("TODO:"):
             raise
@@ -102,7 +123,7 @@ def check(group: str, *answers, **named) -> Verdict:
     objects = {**{answer.__name__: answer for answer in answers}, **named}
     verdict = None
     for entry in groups[group]:
-        verdict = run(entry["name"], entry["check"], objects, entry["context"])
+        verdict = run(entry["name"], entry["check"], objects, entry["context"]) or verdict
     return verdict
 
 

@@ -6,9 +6,6 @@ student's own call, so the judgement rests on what ran and not on what the code 
 
 * no tensor of ``T_q * T_k`` numbers or more (:func:`full_matrix`), at sizes where every honest
   tensor (the inputs, the output, a tile per batch and head) is far smaller;
-* no more bytes outside torch's tensors (NumPy arrays, Python objects, memory maps) than one per
-  score of the ``T_q x T_k`` matrix, at a T where that matrix holds 16 million numbers, and no
-  process started (:class:`OutsideJudge`, from :mod:`transformer_lm.sandboxed.outside`);
 * no max, sum or softmax over more numbers than a tile's row or a feature vector holds
   (:func:`widest_allowed`): a reduction over a whole row of keys needs that row in memory;
 * under the causal mask, no more exponentials and matrix products than the key blocks that are not
@@ -153,33 +150,6 @@ class MemoryJudge:
 
 
 @dataclass
-class OutsideJudge:
-    """A tiled forward or backward (``call``) on ``case`` held less than one byte per score of the
-    ``(T_q, T_k)`` matrix outside torch's tensors at once (naming ``whole``, the mistake of
-    building it, when it did), and started no process (a process's memory is not the call's to
-    measure)."""
-
-    call: str
-    case: TileCase
-    whole: str = "full_score_matrix"
-
-    def __call__(self, record, value, values: bool) -> Verdict:
-        case, started, peak = self.case, int(record["outside.processes"]), int(record["outside.peak"])
-        if started:
-            return Verdict("failed", f"{self.call} started {started} process(es). A graded call computes in its own "
-                                     "process, where what it holds can be measured: no multiprocessing, subprocess "
-                                     "or os.fork.")
-        if peak >= full_matrix(case):
-            return Verdict("failed", f"{self.call} held {peak / 2**20:.1f} MiB at once outside torch's tensors (NumPy "
-                                     f"arrays, Python lists and numbers, memory maps): at least a byte for each score "
-                                     f"of the ({case.seq_q}, {case.seq_k}) matrix ({full_matrix(case) / 2**20:.0f} "
-                                     "MiB). Kept outside torch or not, the whole score matrix is not a tile.",
-                           catalog.BY_NAME[self.whole])
-        return Verdict("passed", f"Correct: {peak / 2**10:.0f} KiB held outside torch's tensors at T={case.seq_q}, "
-                                 "and no process started.")
-
-
-@dataclass
 class WorkJudge:
     """Under the causal mask, a call (``call``) does at most the ``share`` of the work it does without
     the mask (within :data:`WORK_TOLERANCE`), the share of the tiles it must visit: counted as the
@@ -262,7 +232,6 @@ def kept_problem(record: dict, case: TileCase, call: str, allowed: int) -> Verdi
                              f"backward{where}.", catalog.BY_NAME["saves_more_than_needed"])
 
 
-JUDGES = (SoftmaxJudge, MemoryJudge, OutsideJudge, WorkJudge, FunctionJudge)
 
 
 @dataclass
@@ -293,3 +262,6 @@ class PrefixJudge:
                                      "that the causal mask hides them from (a weight of 0 times NaN is NaN), "
                                      "instead of skipping the key blocks wholly in a query block's future.", future)
         return verdict
+
+
+JUDGES = (SoftmaxJudge, MemoryJudge, WorkJudge, FunctionJudge, PrefixJudge)

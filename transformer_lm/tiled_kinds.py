@@ -10,7 +10,7 @@ fixed seed, the grader from the course's secret.
 from __future__ import annotations
 
 import math
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 import torch
 
@@ -20,8 +20,8 @@ from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import Computed, RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
-from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, OutsideJudge,
-                                         PrefixJudge, SoftmaxJudge, TileCase, WorkJudge)
+from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, PrefixJudge,
+                                         SoftmaxJudge, TileCase, WorkJudge)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -92,9 +92,7 @@ class OnlineSoftmaxCheck:
 class FlashForwardCheck:
     """``object(q, k, v, causal=..., block_q=..., block_k=...) -> (output, lse)`` for ``case``.
     ``judges="values"`` compares both with exact attention, naming the catalogued mistakes;
-    ``judges="memory"`` judges only what the call's operators held (:func:`transformer_lm.tiled_judges.memory_problem`);
-    ``judges="outside"`` what it held outside torch's tensors, and the processes it started
-    (:class:`transformer_lm.tiled_judges.OutsideJudge`)."""
+    ``judges="memory"`` judges only what the call's operators held (:func:`transformer_lm.tiled_judges.memory_problem`)."""
 
     object: str
     case: TileCase
@@ -104,10 +102,6 @@ class FlashForwardCheck:
         case, tensors = self.case, self.case.tensors(generator)
         q, k, v = tensors["q"], tensors["k"], tensors["v"]
         call = case.call(self.object)
-        if self.judges == "outside":
-            return Prepared(ProbeCall.of(probes.probe_outside_torch, {"fn": self.object},
-                                         {"inputs": {"q": q, "k": k, "v": v}, "call_kwargs": case.options}),
-                            OutsideJudge(call, case))
         expected = exact_attention(q, k, v, case.causal)
         candidates = {}
         if self.judges == "values":
@@ -183,9 +177,7 @@ class FlashFunctionCheck:
     """``object.apply(q, k, v, causal, block_q, block_k)`` for a ``torch.autograd.Function``:
     ``judges="gradients"`` compares the gradients of q, k and v with exact attention's;
     ``judges="memory"`` requires the forward to keep alive no more than q, k, v, the output and
-    the log-sum-exp take, and the backward to hold no ``T_q * T_k`` tensor nor a whole row;
-    ``judges="outside"`` judges what the backward holds outside torch's tensors, and the
-    processes it starts (:class:`transformer_lm.tiled_judges.OutsideJudge`)."""
+    the log-sum-exp take, and the backward to hold no ``T_q * T_k`` tensor nor a whole row."""
 
     object: str
     case: TileCase
@@ -195,11 +187,6 @@ class FlashFunctionCheck:
         case, tensors = self.case, self.case.tensors(generator)
         call = (f"{self.object}.apply(q, k, v, {case.causal}, {case.block_q}, {case.block_k}) with q of shape "
                 f"({case.batch}, {case.heads}, {case.seq_q}, {case.dim}) and {case.seq_k} keys")
-        if self.judges == "outside":
-            return Prepared(ProbeCall.of(probes.probe_outside_torch, {"fn": self.object},
-                                         {"inputs": {name: tensors[name] for name in "qkv"},
-                                          "apply_arguments": [case.causal, case.block_q, case.block_k]}),
-                            OutsideJudge(f"the backward of {call}", case, "backward_full_matrix"))
         expected_shape = (case.batch, case.heads, case.seq_q, case.dim_v)
         expected, candidates = {}, {}
         if self.judges == "gradients":
@@ -275,6 +262,18 @@ def capped_candidates(tensors: dict[str, torch.Tensor], case: TileCase, backward
                 for m in catalog.tiling_mistakes("causal" if case.causal else "forward")}
 
 
+CAPPED_CAUSAL = TileCase(batch=1, heads=1, seq_q=8192, seq_k=8192, dim=4, dim_v=4, block_q=2048, block_k=64,
+                         causal=True)
+"""The capped checks' size, for the grader's and the visible checks: T*T = 67 million (256 MiB in
+float32, 64 MiB as booleans), a row of a query block 64 MiB, a tile of 2048 x 64 512 KiB (the
+reference's forward and backward need under 8 MiB: the cap leaves room for what the notebook's own
+cells hold); q, k and v 128 KiB each."""
+CAPPED_FULL = replace(CAPPED_CAUSAL, causal=False)
+"""The forward is capped without the mask too: a call that keeps the scores only then gains nothing."""
+MEMORY_CAP = 48 * 2**20
+"""What a capped call may hold beyond what its process held before."""
+
+
 @dataclass(frozen=True)
 class CappedCheck:
     """``object`` (``flash_forward``, or with ``backward`` the autograd Function, whose backward
@@ -289,11 +288,14 @@ class CappedCheck:
     _: KW_ONLY
     memory_cap: int
     backward: bool = False
+    names_mistakes: bool = True
+    """Whether a failing record is compared with the catalogued mistakes' (the grader's, so that
+    one mistake costs once); a visible check leaves them out, since its value checks name them."""
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         case, tensors = self.case, self.case.tensors(generator)
         expected = exact_by_query_blocks(tensors, case.causal, self.backward)
-        candidates = Computed(lambda: capped_candidates(tensors, case, self.backward))
+        candidates = Computed(lambda: capped_candidates(tensors, case, self.backward)) if self.names_mistakes else None
         scores = case.seq_q * case.seq_k * 4 / 2**20
         what = f"the backward of {self.object}.apply" if self.backward else self.object
         failure = (f"At T={case.seq_q} (one head's score matrix: {scores:,.0f} MiB in float32) {what} may hold "
@@ -341,5 +343,6 @@ class SkippedTilesCheck:
                 candidates = {m: dict(zip(("output", "lse"), mistakes.flawed_flash_forward(
                     clean["q"], clean["k"], clean["v"], True, case.block_q, case.block_k, m.flaws)))
                     for m in catalog.tiling_mistakes("causal")}
-        return Prepared(untraced_call(self.object, tensors, case, self.backward), PrefixJudge(f"{case.call(what)}, with keys {start} to {start + case.block_k - 1} "
-                                          "made NaN", start, expected, candidates))
+        judge = PrefixJudge(f"{case.call(what)}, with keys {start} to {start + case.block_k - 1} made NaN", start,
+                            expected, candidates)
+        return Prepared(untraced_call(self.object, tensors, case, self.backward), judge)

@@ -19,8 +19,9 @@ seed.
 
 from autograder.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
-from transformer_lm.tiled_kinds import (CappedCheck, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
-                                        MergeStatsCheck, OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
+from transformer_lm.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
+                                        FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck, OnlineSoftmaxCheck,
+                                        SkippedTilesCheck, TileCase)
 
 TILED = SOFTMAX + LIBRARY_ATTENTION
 
@@ -38,13 +39,6 @@ SPREAD = TileCase(batch=2, heads=1, seq_q=33, seq_k=33, dim=8, dim_v=6, block_q=
 # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 MEMORY = TileCase(batch=2, heads=2, seq_q=96, seq_k=96, dim=8, dim_v=6, block_q=16, block_k=12)
 CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, block_q=12, block_k=16, causal=True)
-# T*T = 67 million (256 MiB in float32, 64 MiB as booleans); a row of a query block is 64 MiB, a
-# tile of 2048 x 64 512 KiB (the reference's forward and backward need under 8 MiB: the cap leaves
-# room for what the notebook's own cells hold); q, k and v 128 KiB each
-CAPPED = TileCase(batch=1, heads=1, seq_q=8192, seq_k=8192, dim=4, dim_v=4, block_q=2048, block_k=64, causal=True)
-# the forward is capped without the mask too: a call that keeps the scores only then gains nothing
-CAPPED_FULL = TileCase(batch=1, heads=1, seq_q=8192, seq_k=8192, dim=4, dim_v=4, block_q=2048, block_k=64)
-MEMORY_CAP = 48 * 2**20
 # one key block of 16 made NaN: the query blocks before it must stay clean
 SKIPPING = TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16, block_k=16, causal=True)
 
@@ -72,7 +66,7 @@ ITEMS = [
     Item("flash_backward", points=3, checks=tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
     Item("backward_memory", points=1, checks=(
-        CappedCheck("FlashAttention", CAPPED, memory_cap=MEMORY_CAP, backward=True),
+        CappedCheck("FlashAttention", CAPPED_CAUSAL, memory_cap=MEMORY_CAP, backward=True),
         SkippedTilesCheck("FlashAttention", SKIPPING, backward=True),
         Explains(FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory")),
         Explains(FlashFunctionCheck("FlashAttention", MEMORY, "memory")),

@@ -89,9 +89,9 @@ def _codes(objects) -> set[types.CodeType]:
 
 
 SANDBOXED_OWN = frozenset(importlib.import_module(f"{sandboxed.__name__}.{name}").__name__
-                          for name in (*sandboxed.PROBE_MODULES, "outside"))
-"""The grader's own modules of ``transformer_lm/sandboxed``: the probes' modules, and what they measure
-outside torch. Imported here, so that each is loaded before :func:`snapshot` walks them."""
+                          for name in sandboxed.PROBE_MODULES)
+"""The grader's own modules of ``transformer_lm/sandboxed``: the probes' modules. Imported here, so
+that each is loaded before :func:`snapshot` walks them."""
 
 
 def _own(name: str) -> bool:

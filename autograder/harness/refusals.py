@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 
-from transformer_lm.sandboxed import outside
+from transformer_lm.sandboxed import memory_cap
 
 from .guard import TAMPERED_EXIT, trusted_code
 from .sealed_code import GUARD_MARK, replace_everywhere
@@ -20,7 +20,7 @@ from .type_objects import freeze
 ATTACKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
                      "sys._current_frames"})
 """Audit events only an attack raises (besides every ``ctypes.*`` event)."""
-REFUSED = outside.PROCESS_EVENTS | {"_thread.start_new_thread", "mmap.__new__"}
+REFUSED = memory_cap.PROCESS_EVENTS | {"_thread.start_new_thread", "mmap.__new__"}
 """Audit events a grading run refuses: a run makes no processes and no threads, and maps no memory
 (which no measure of what a call holds would count)."""
 FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
@@ -61,13 +61,10 @@ def install(send) -> None:
 
 REFUSED_FUNCTIONS = {"_thread": ("start_new_thread", "start_new"), "_posixsubprocess": ("fork_exec",),
                      "_signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
-                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd"),
-                     "_tracemalloc": ("start", "stop", "clear_traces", "reset_peak")}
+                     "signal": ("signal", "setitimer", "alarm", "set_wakeup_fd")}
 """What a grading run has no use for, and that no audit event covers: starting a thread (its code
 would run beside the probes, outside their view), starting a program past ``subprocess``'s audit
-event, handling signals (a handler runs in the middle of the grader's own code), and switching
-``tracemalloc``, which measures what a call holds outside torch
-(:mod:`transformer_lm.sandboxed.outside` keeps its own references)."""
+event, and handling signals (a handler runs in the middle of the grader's own code)."""
 
 
 def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
@@ -84,7 +81,6 @@ def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
 
 def _refusal(name: str):
     def refused(*args, **kwargs):
-        raise PermissionError(f"a grading run starts no threads or programs, handles no signals and leaves "
-                              f"tracemalloc to the grader ({name})")
+        raise PermissionError(f"a grading run starts no threads or programs and handles no signals ({name})")
 
     return refused

@@ -15,7 +15,7 @@ safetensors, IPython and ``transformer_lm/sandboxed`` (the probes and how a call
 reference. It judges nothing.
 
 Before any student code, a run takes out of PyTorch what its items forbid (:mod:`harness.absence`)
-and, when its plan holds a capped check, caps its memory for good (:mod:`harness.memory_cap`).
+and, when its plan holds a capped check, caps its memory for good (:mod:`transformer_lm.sandboxed.memory_cap`).
 
 A run of the plan's ``late`` probe calls gets the course's own code for the answers that those
 probes' items build on (:class:`CourseCode`), and nothing else of the course: an item that builds
@@ -36,10 +36,10 @@ from safetensors import TensorSpec, serialize
 from safetensors.torch import load_file
 
 import transformer_lm
-from transformer_lm.sandboxed import call_trace, probes, tensor_trace, wire
+from transformer_lm.sandboxed import call_trace, memory_cap, probes, tensor_trace, wire
 from transformer_lm.sandboxed.student_objects import ProbeError, builtin_exception
 
-from . import absence, guard, memory_cap, refusals, report, traces, type_objects
+from . import absence, guard, refusals, report, traces, type_objects
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000

@@ -22,7 +22,6 @@ import contextlib
 import torch
 
 from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
-from transformer_lm.sandboxed.outside import probe_outside_torch
 from transformer_lm.sandboxed.student_objects import (ProbeError, build, builtin_exception, kind_of, load_parameters,
                                                       plain)
 from transformer_lm.sandboxed.tensor_trace import held_by, tensors_in, trace_tensors
@@ -388,5 +387,5 @@ PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torc
                                               probe_traced, probe_parts, probe_causal_work, probe_autograd_function,
                                               probe_gradients, probe_call,
                                               probe_padding, probe_padded_generation,
-                                              probe_outside_torch, parameter_shapes, raised_exception)}
+                                              parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""

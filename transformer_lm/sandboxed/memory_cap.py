@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import resource
+import sys
 
 AS_MARGIN = 64 * 2**20
 """Address space beyond ``extra`` for what reserves without using (a thread's guard pages, say)."""
@@ -41,6 +42,10 @@ OWN_MAPPING_BYTES = 64 * 2**10
 """Blocks of this size and more get a mapping of their own, given back when freed."""
 M_MMAP_THRESHOLD = -3
 """glibc's ``mallopt`` parameter (malloc.h); setting it also stops glibc from raising it by itself."""
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+                            "subprocess.Popen", "pty.spawn"})
+"""Audit events that start a process. A capped run starts none: each process would get a cap of its
+own, and together they could hold what one may not."""
 
 
 def _unmap_when_freed() -> None:
@@ -77,6 +82,16 @@ def in_use(kind: int, prot: int) -> int:
         else:
             low = middle
     return high - mmap.PAGESIZE
+
+
+def refuse_processes() -> None:
+    """From now on, starting a process by any of :data:`PROCESS_EVENTS` raises ``PermissionError``
+    (an audit hook, which no code can remove). The grader's runs refuse them in their own hook."""
+    def refuse(event: str, args) -> None:
+        if event in PROCESS_EVENTS:
+            raise PermissionError(f"a call under the memory cap starts no process ({event}): each process would "
+                                  "have a cap of its own")
+    sys.addaudithook(refuse)
 
 
 def cap(extra: int) -> None:

@@ -1,0 +1,95 @@
+"""A visible check's call under the grader's memory cap, in a forked process
+(:mod:`transformer_lm.capped_call`): what fits comes back, what does not fails with the answer's
+line, and the kernel that asked is never capped, killed or left waiting."""
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from transformer_lm import capped_call
+from transformer_lm.tiled_kinds import MEMORY_CAP
+
+
+def tiled_row_maxima():
+    q, k = torch.randn(2048, 4), torch.randn(8192, 4)
+    return torch.stack([(q @ k[s:s + 64].T).amax(-1) for s in range(0, 8192, 64)]).amax(0)
+
+
+def whole_matrix():
+    q, k = torch.randn(8192, 4), torch.randn(8192, 4)
+    return (q @ k.T).amax(-1)
+
+
+def test_a_tiled_call_fits_and_its_value_comes_back_after_the_kernel_used_its_threads():
+    a = torch.randn(1024, 1024)
+    (a @ a).sum()   # the kernel's OpenMP workers in use, as after a notebook's benchmark
+    got = capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60)
+    assert got.shape == (2048,)
+
+
+def test_the_whole_score_matrix_fails_under_the_cap_with_the_line_that_made_it():
+    with pytest.raises(capped_call.CappedCallRaised) as raised:
+        capped_call.call_capped(whole_matrix, MEMORY_CAP, seconds=60)
+    assert isinstance(raised.value.error, RuntimeError) and "allocate" in str(raised.value.error)
+    assert "in whole_matrix" in raised.value.trace and "torch" not in raised.value.trace
+
+
+def test_the_asking_process_keeps_its_limits_and_its_memory():
+    before = {kind: resource.getrlimit(kind) for kind in (resource.RLIMIT_DATA, resource.RLIMIT_AS,
+                                                          resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE)}
+    with pytest.raises(capped_call.CappedCallRaised):
+        capped_call.call_capped(whole_matrix, MEMORY_CAP, seconds=60)
+    assert {kind: resource.getrlimit(kind) for kind in before} == before
+    assert whole_matrix().shape == (8192,)   # the kernel itself was never capped
+
+
+def test_raising_the_cap_from_inside_is_refused():
+    def raise_the_cap():
+        resource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40))
+    with pytest.raises(capped_call.CappedCallRaised) as raised:
+        capped_call.call_capped(raise_the_cap, MEMORY_CAP, seconds=30)
+    assert isinstance(raised.value.error, ValueError)
+
+
+def test_what_the_call_prints_is_shown_after_it(capsys):
+    def chatty():
+        print("tile 0 done")
+        return 7
+    assert capped_call.call_capped(chatty, MEMORY_CAP, seconds=30) == 7
+    assert capsys.readouterr().out == "tile 0 done\n"
+
+
+def test_a_process_that_dies_says_how():
+    with pytest.raises(capped_call.CappedCallFailed, match="SIGKILL"):
+        capped_call.call_capped(lambda: os.kill(os.getpid(), signal.SIGKILL), MEMORY_CAP, seconds=30)
+    with pytest.raises(capped_call.CappedCallFailed, match="signal 40"):
+        capped_call.call_capped(lambda: os.kill(os.getpid(), 40), MEMORY_CAP, seconds=30)
+    with pytest.raises(capped_call.CappedCallFailed, match="status 3"):
+        capped_call.call_capped(lambda: os._exit(3), MEMORY_CAP, seconds=30)
+
+
+def test_a_call_that_never_ends_is_stopped_in_time():
+    start = time.monotonic()
+    with pytest.raises(capped_call.CappedCallFailed, match="longer than 2 s"):
+        capped_call.call_capped(lambda: time.sleep(3600), MEMORY_CAP, seconds=2)
+    assert time.monotonic() - start < 10
+
+
+def test_a_value_that_cannot_be_sent_back_says_so():
+    with pytest.raises(capped_call.CappedCallRaised, match="could not be sent back"):
+        capped_call.call_capped(lambda: (lambda: None), MEMORY_CAP, seconds=30)
+
+
+def test_a_capped_call_starts_no_process():
+    """Each process would get a cap of its own; the grader's runs refuse them too."""
+    with pytest.raises(capped_call.CappedCallRaised, match="starts no process") as raised:
+        capped_call.call_capped(lambda: subprocess.run([sys.executable, "-c", "pass"]), MEMORY_CAP, seconds=30)
+    assert isinstance(raised.value.error, PermissionError)
+    with pytest.raises(capped_call.CappedCallRaised, match="starts no process"):
+        capped_call.call_capped(os.fork, MEMORY_CAP, seconds=30)

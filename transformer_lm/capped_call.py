@@ -1,0 +1,154 @@
+"""A visible check's call under the memory cap that the grader's check uses, in a process of its own.
+
+The grader judges assignment 05's memory by a cap the kernel enforces
+(:mod:`transformer_lm.sandboxed.memory_cap`): the answer is called where the whole score matrix
+cannot be allocated, and its values are judged. A visible check does the same in the student's
+kernel, but a cap there would last for the rest of the session. So the kernel forks: the child caps
+its own memory at what it holds now plus the check's ``extra`` bytes (and refuses to start a
+process, as the grader's runs do), makes the call, and sends back
+what it returned, or what it raised as text, through a pipe. The kernel itself is never capped.
+
+A child that does not answer within :data:`SECONDS` is killed. What the call prints is shown after
+it, and the child computes on one thread (see :func:`_child`). Forking needs Linux (``os.fork`` and a kernel that enforces ``RLIMIT_DATA``); elsewhere
+:func:`call_capped` raises :class:`CapUnavailable`, and the check says that only the grader checks
+the cap there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import select
+import signal
+import sys
+import time
+import traceback
+
+import torch
+
+from transformer_lm.sandboxed import memory_cap
+
+SECONDS = 120
+"""How long the capped call may take before its process is killed."""
+MAX_PRINTED = 10_000
+"""The most characters of what the call printed that are shown."""
+TRACEBACK_FRAMES = 3
+"""The answer's last frames in a raised error's traceback that are sent back: where it arose."""
+LIBRARY_FOLDERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(memory_cap.__file__).rsplit(os.sep, 1)[0]
+                   + os.sep)
+"""torch's folder and the course package's: frames there are not the answer's."""
+
+
+class CapUnavailable(Exception):
+    """This machine cannot run a call under the cap (not Linux)."""
+
+
+class CappedCallFailed(Exception):
+    """The capped call's process ended without an answer; the message says how."""
+
+
+class CappedCallRaised(Exception):
+    """The capped call raised ``error``; ``trace`` holds the answer's frames where it arose."""
+
+    def __init__(self, error: Exception, trace: str):
+        super().__init__(f"{error}\n{trace}".rstrip())
+        self.error, self.trace = error, trace
+
+
+def _answer_lines(error: BaseException) -> str:
+    """Where in the answer ``error`` arose: the last frames of its traceback that are not torch's or
+    the course's, as a traceback shows them."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(LIBRARY_FOLDERS)]
+    return "".join(traceback.format_list(frames[-TRACEBACK_FRAMES:]))
+
+
+def _outcome(function, extra: int) -> tuple:
+    """``("returned", value)``, or ``("raised", error, where in the answer it arose)``, of
+    ``function()`` under the cap; the error's own cause where it has one (the answer's error)."""
+    memory_cap.cap(extra)
+    memory_cap.refuse_processes()
+    try:
+        return ("returned", function())
+    except Exception as error:  # noqa: BLE001 - whatever the answer raised is its outcome
+        return ("raised", error, _answer_lines(error.__cause__ or error))
+
+
+def _child(function, extra: int, write_end: int) -> None:
+    """In the forked process: the outcome of ``function()`` under the cap, with what it printed,
+    written to the pipe; never returns."""
+    printed = io.StringIO()
+    try:
+        # one thread: the kernel's OpenMP workers are not in the child, and a pool that the kernel
+        # used waits for them there forever (PyTorch's DataLoader workers do the same)
+        torch.set_num_threads(1)
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            outcome = _outcome(function, extra)
+        try:
+            data = pickle.dumps((*outcome, printed.getvalue()[-MAX_PRINTED:]))
+        except Exception as error:  # noqa: BLE001 - a value that cannot be sent is said to be so
+            unsent = RuntimeError(f"what the call gave could not be sent back ({type(error).__name__}: {error})")
+            data = pickle.dumps(("raised", unsent, "", printed.getvalue()[-MAX_PRINTED:]))
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(data)
+    finally:
+        os._exit(0)
+
+
+def _read_all(read_end: int, pid: int, seconds: float) -> bytes:
+    """What the child writes before it closes the pipe, or kills it after ``seconds``."""
+    deadline, chunks = time.monotonic() + seconds, []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+            os.kill(pid, signal.SIGKILL)
+            raise CappedCallFailed(f"the call took longer than {seconds:g} s and was stopped")
+        chunk = os.read(read_end, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _death(status: int) -> str:
+    """Why a child that sent nothing ended, from its wait status."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"the call's process was ended by {name}, without an answer"
+    return f"the call's process exited with status {os.WEXITSTATUS(status)}, without an answer"
+
+
+def call_capped(function, extra: int, seconds: float = SECONDS):
+    """``function()`` in a forked process whose memory is capped at what it holds plus ``extra``
+    bytes: what it returned. Raises :class:`CappedCallRaised` with what it raised,
+    :class:`CappedCallFailed` when its process ended without an answer, and
+    :class:`CapUnavailable` off Linux."""
+    if not sys.platform.startswith("linux"):
+        raise CapUnavailable(f"a memory cap that the kernel enforces needs Linux (this is {sys.platform})")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _child(function, extra, write_end)
+    os.close(write_end)
+    try:
+        data = _read_all(read_end, pid, seconds)
+    finally:
+        os.close(read_end)
+        status = os.waitpid(pid, 0)[1]
+    if not data:
+        raise CappedCallFailed(_death(status))
+    kind, value, *rest = pickle.loads(data)
+    printed = rest[-1]
+    if printed:
+        print(printed, end="" if printed.endswith("\n") else "\n")
+    if kind == "raised":
+        raise CappedCallRaised(value, rest[0])
+    return value
