@@ -40,6 +40,8 @@ from copydetect.utils import filter_code, get_token_coverage, winnow
 from pygments.lexers import PythonLexer
 from pygments.token import Token
 
+from transformer_lm.source_scan import parse_cell
+
 K = 25
 """Characters of normalised code in a k-gram: copydetect's default noise threshold. Matches shorter
 than this (``V=V.V(V)``, a projection) are noise that every answer has."""
@@ -74,7 +76,7 @@ def fingerprint(source: str, starter: str = "") -> Fingerprint:
     text = source.replace("\r\n", "\n").replace("\r", "\n")
     lines = [line + "\n" for line in text.removesuffix("\n").split("\n")] if text else []
     given = {line.strip() for line in starter.splitlines() if line.strip()}
-    tree = _parse("".join(lines))
+    tree = parse_cell("".join(lines))   # None: compared as written
     blank = {number for number, line in enumerate(lines) if line.strip() in given} | _docstring_lines(tree)
     kept = [re.sub(r"\S", " ", line) if number in blank else line for number, line in enumerate(lines)]
     shapes = [_line_shape(line) for line in kept]
@@ -126,11 +128,6 @@ def _kgram_hashes(text: str) -> np.ndarray:
                                     signed=True) for i in range(len(text) - K + 1)], dtype=np.int64)
 
 
-def _parse(text: str) -> ast.Module | None:
-    try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError):  # a half-written answer, a null byte: compared as written
-        return None
 
 
 def _docstring_lines(tree: ast.Module | None) -> set[int]:

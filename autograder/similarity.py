@@ -47,6 +47,9 @@ about three lines, where every correct answer looks alike."""
 ALIKE = 0.5
 """Share of a typical answer that is common code from which a cell's answers are mostly alike."""
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+MAX_ANSWER = 50_000
+"""The most characters of an answer cell that are compared: ten times the longest answer of the course,
+and about a second of fingerprinting (a 400,000-character cell takes twenty)."""
 
 
 @dataclass
@@ -234,7 +237,7 @@ def _items_by_cell(course: Course, assignment: str, notes: list[str]) -> dict[st
 def _submitted_answers(course: Course, assignment: str, student: str, notebooks: list[str],
                        notes: list[str]) -> dict[str, dict[str, str]]:
     """A student's answer cells, notebook -> grade_id -> source; a notebook that is missing or cannot
-    be read is left out, with a note."""
+    be read, or an answer longer than :data:`MAX_ANSWER`, is left out, with a note."""
     folder = course.submission_folder(assignment, student)
     found = {}
     for notebook in notebooks:
@@ -246,7 +249,13 @@ def _submitted_answers(course: Course, assignment: str, student: str, notebooks:
         if problem:
             notes.append(f"{student}: {path.name} was not compared. {problem}")
         else:
-            found[notebook] = dict(answer_cells(data["cells"]))
+            found[notebook] = {}
+            for cell, source in answer_cells(data["cells"]):
+                if len(source) > MAX_ANSWER:
+                    notes.append(f"{student}: the answer {cell} holds {len(source):,} characters, more than "
+                                 f"{MAX_ANSWER:,}; it was not compared.")
+                else:
+                    found[notebook][cell] = source
     return found
 
 

@@ -188,6 +188,14 @@ SOFTMAX = {
 }
 
 
+UNPARSABLE = "xia"
+"""A student whose answers are one expression deeper than Python's parser goes."""
+
+
+def deep_expression(terms: int) -> str:
+    return "x = " + "+".join(["1"] * terms) + "\n"
+
+
 def write_class(root: Path) -> None:
     """A course folder of assignment 01 in ``root`` (config, source, hidden checks, public code,
     release) with the class's submissions."""
@@ -197,6 +205,9 @@ def write_class(root: Path) -> None:
                                                             "softmax_stable": SOFTMAX[student]})
                  for student in CAUSAL}
     notebooks.update({student: release for student in BLANK})
+    # answers Python's parser refuses: one too long to compare, one compared as written
+    notebooks[UNPARSABLE] = tools.replace_solutions(release, {"causal_attention": deep_expression(200_000),
+                                                              "softmax_stable": deep_expression(20_000)})
     for student, notebook in notebooks.items():
         folder = root / "submitted" / student / A
         folder.mkdir(parents=True)

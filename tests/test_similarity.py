@@ -103,6 +103,25 @@ def test_reordered_statements_give_the_same_fingerprint(written):
     assert fingerprint(sc.ANN, starter(CAUSAL)).hashes == fingerprint(sc.BEN, starter(CAUSAL)).hashes
 
 
+def test_an_answer_deeper_than_python_parses_is_compared_as_written_or_left_out_when_too_long(written):
+    """The similarity report (and the class report, which runs it) reads every answer: one that
+    Python's parser refuses is compared as written, and one too long to compare in a second is left
+    out with a note, never a crash."""
+    notes = "\n".join(written.result.notes)
+    assert f"{sc.UNPARSABLE}: the answer causal_attention holds 4" in notes and "more than 50,000" in notes
+    assert f"{sc.UNPARSABLE}: the answer softmax_stable" not in notes
+
+
+@pytest.mark.parametrize("source", [
+    "y = " + "(" * 5000 + "1" + ")" * 5000,                    # more parentheses than Python allows
+    "z = [" + "0, " * 10_000 + "]\n",                          # a long literal
+    "w = 'caf\u00e9'\nfor i in range(3):\n    w = w + w.upper()\n\x00",   # a null byte
+])
+def test_an_answer_python_cannot_parse_is_fingerprinted_as_written(source):
+    found = fingerprint(source)
+    assert found.size > 0 and found.hashes
+
+
 def test_fingerprints_are_the_same_in_every_process():
     """copydetect's own k-gram hash is Python's, salted anew in each process; ours is the same in
     every process, so a report repeats."""
@@ -129,12 +148,13 @@ def test_unreadable_notebooks_are_left_out_with_a_note(written):
     assert "zed: attention_basics.ipynb was not compared. The notebook is not valid JSON" in notes
     assert "yan" not in notes   # its metadata is repaired as it is read; blank, it matches no one
     assert not any("yan" in (p.a.owner, p.b.owner) for result in written.result.cells for p in result.pairs)
-    assert len(written.result.students) == 12
+    assert len(written.result.students) == 13
 
 
 def test_csv_has_a_row_per_student_and_three_columns_per_answer_cell(written):
     rows = {row["student"]: row for row in csv.DictReader(written.csv.open(newline=""))}
-    assert set(rows) == {*sc.CAUSAL, *sc.BLANK, "zed", "yan"} - {sc.HOSTILE} | {"'" + sc.HOSTILE}  # not a formula
+    students = {*sc.CAUSAL, *sc.BLANK, "zed", "yan", sc.UNPARSABLE} - {sc.HOSTILE}
+    assert set(rows) == students | {"'" + sc.HOSTILE}  # not a formula
     assert rows["ben"]["causal_attention_similarity"] == "1.00" and rows["ben"]["causal_attention_with"] == "ann"
     assert rows["rex"]["causal_attention_with"] == "the course's reference"
     assert rows["ann"]["answers_at_or_above_threshold"] == "2" and rows["kim"]["answers_at_or_above_threshold"] == "0"
