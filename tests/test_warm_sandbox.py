@@ -160,6 +160,28 @@ def test_a_run_reaches_neither_the_server_nor_the_runs_after_it(worker):
     assert worker.session.alive and worker._served == 2  # the same warm server served both
 
 
+PIPES = """
+import fcntl, os
+for fd in (1, 2):
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 4096)
+print("SHRUNK", [fcntl.fcntl(1, fcntl.F_GETPIPE_SZ), bool(fcntl.fcntl(1, fcntl.F_GETFL) & os.O_NONBLOCK)], flush=True)
+"""
+"""A run that makes its standard output and error non-blocking and shrinks their pipe: were the
+pipe shared, the next run's prints would fail with BlockingIOError once it filled."""
+
+
+def test_what_a_run_does_to_its_output_dies_with_it(worker):
+    errors, output = run(worker, PIPES)
+    assert errors == [] and printed(output, "SHRUNK") == [4096, True], output
+    chatty = ("import fcntl, os\nfor i in range(2000):\n    print('debug line', i, '.' * 60)\n"
+              "print('OUTPUT', [fcntl.fcntl(1, fcntl.F_GETPIPE_SZ) > 4096, bool(fcntl.fcntl(1, fcntl.F_GETFL) & "
+              "os.O_NONBLOCK)])")
+    errors, output = run(worker, chatty)
+    assert errors == [] and printed(output, "OUTPUT") == [True, False], output
+    assert worker.session.alive and worker._served == 2   # the server's own descriptors never changed
+
+
 def test_a_run_that_crashes_or_hangs_costs_only_itself(worker):
     reply, _ = worker.run(plan("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"), {}, 60, None)
     assert exit_code(reply) == -11

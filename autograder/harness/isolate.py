@@ -23,6 +23,7 @@ keeps more than one core busy, is stopped or slowed before it can starve a neigh
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import resource
 import signal
@@ -94,16 +95,17 @@ class State:
     affinity: frozenset[int]
     scheduler: int
     oom_score: str
+    descriptors: tuple[tuple[int, int, int], ...]
 
     @classmethod
     def now(cls) -> State:
         with open("/proc/self/oom_score_adj") as f:
             oom = f.read().strip()
         return cls(tuple((r, resource.getrlimit(r)) for r in RLIMITS), os.getpriority(os.PRIO_PROCESS, 0),
-                   frozenset(os.sched_getaffinity(0)), os.sched_getscheduler(0), oom)
+                   frozenset(os.sched_getaffinity(0)), os.sched_getscheduler(0), oom, _descriptors())
 
     def changes(self, other: State) -> list[str]:
-        return [name for name in ("rlimits", "nice", "affinity", "scheduler", "oom_score")
+        return [name for name in ("rlimits", "nice", "affinity", "scheduler", "oom_score", "descriptors")
                 if getattr(self, name) != getattr(other, name)]
 
     def restore(self) -> None:
@@ -115,22 +117,40 @@ class State:
         os.umask(0o022)
 
 
+def _descriptors() -> tuple[tuple[int, int, int], ...]:
+    """The server's standard descriptors, each with its status flags and, for a pipe, its size: what
+    a run would share with the server had it held them (a run holds its own output pipe instead)."""
+    found = []
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            continue
+        try:
+            size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        except OSError:  # not a pipe
+            size = -1
+        found.append((fd, flags, size))
+    return tuple(found)
+
+
 def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
-              status_w: int) -> int:
+              status_w: int, output: int) -> int:
     """Forks the process that makes the run's namespaces; returns its pid. In there, the run's
     init (pid 1 of the new pid namespace) starts ``run()`` (which must never return) in a process
     that holds no capability, sees the first of ``folders`` as empty read-only folders and can
     execute nothing in the second (what it may write), and writes the run's wait status to
-    ``status_w`` when it ends. ``keep``: the descriptors the run may hold."""
+    ``status_w`` when it ends. ``keep``: the descriptors the run may hold; ``output``: the pipe that
+    is the run's standard output and error, its own."""
     pid = os.fork()
     if pid:
         return pid
     try:
-        _keep_only(keep + (status_w,))
+        _keep_only(keep + (status_w, output))
         libc.unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
         init = os.fork()
         if init == 0:
-            _init(libc, run, state, folders, keep, status_w)
+            _init(libc, run, state, folders, keep, status_w, output)
         os.waitpid(init, 0)
     except BaseException:  # noqa: BLE001 - the harness's own failure: said in the output, the run gets no status
         traceback.print_exc()
@@ -139,13 +159,13 @@ def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tup
 
 
 def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]],
-                    keep: tuple[int, ...], status_w: int) -> int:
+                    keep: tuple[int, ...], status_w: int, output: int) -> int:
     """Forks the run itself, without namespaces (no sandbox: nothing to hide it from, no
     capability to drop); returns its pid, whose wait status is the run's."""
     pid = os.fork()
     if pid == 0:
         try:
-            _become_run(libc, state, keep, capabilities=False)
+            _become_run(libc, state, keep, output, capabilities=False)
             run()
         except BaseException:  # noqa: BLE001 - the harness's own failure: said in the output
             traceback.print_exc()
@@ -155,7 +175,7 @@ def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...
 
 
 def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
-          status_w: int) -> None:
+          status_w: int, output: int) -> None:
     """The run's init: makes its view of the filesystem, starts the run, relays how it ended.
     When it exits, the kernel kills whatever the run left in its pid namespace."""
     try:
@@ -174,7 +194,7 @@ def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[s
         child = os.fork()
         if child == 0:
             try:
-                _become_run(libc, state, keep)
+                _become_run(libc, state, keep, output)
                 run()
             except BaseException:  # noqa: BLE001 - as above
                 traceback.print_exc()
@@ -192,10 +212,13 @@ def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[s
         os._exit(0)
 
 
-def _become_run(libc: Libc, state: State, keep: tuple[int, ...], capabilities: bool = True) -> None:
+def _become_run(libc: Libc, state: State, keep: tuple[int, ...], output: int, capabilities: bool = True) -> None:
     """What a run starts from, whatever the runs before it did: the server's limits, priority, CPU
-    set and umask, a session and a session keyring of its own, no capabilities, and only the
+    set and umask, a session and a session keyring of its own, no capabilities, ``output`` as its
+    standard output and error (a pipe of its own, whose flags and size die with it), and only the
     descriptors ``keep``."""
+    os.dup2(output, 1)
+    os.dup2(output, 2)
     _keep_only(keep)
     state.restore()
     os.setsid()

@@ -15,8 +15,12 @@ submission; it cannot be traced or read (it is not dumpable), and no run can nam
 in the runs' pid namespace). The token of a run stays here: the journal's first line, which names
 the run, is the server's. Before each run it empties the writable folders named by ``--wipe``;
 after each run, with ``--isolated`` (only in a private pid namespace), it kills every other
-process, removes System V IPC objects, clears the user keyrings and checks its own state; if
-any of that fails, it serves no further run. Without ``--isolated`` it serves one run.
+process, removes System V IPC objects, clears the user keyrings and checks its own state (its
+limits, priority, CPU set and the flags and sizes of its standard descriptors); if any of that
+fails, it serves no further run. Without ``--isolated`` it serves one run. A run's standard output
+and error are a pipe of its own, which the server reads and passes on to its own output: what a
+run does to them (made non-blocking, shrunk) dies with it, and no run shares a descriptor with the
+next.
 """
 
 import argparse
@@ -39,6 +43,9 @@ LEFTOVER_SECONDS = 5.0
 CHECK_SECONDS = 0.05
 """How often the server looks at a run's memory and CPU."""
 COURSE_PIPE_BYTES = 2**20
+OUTPUT_BYTES = 2**20
+"""What a run prints that the server passes on to its own output (the sandbox's, which the worker
+keeps the start of); the rest is dropped."""
 """Room for every stage of the course's code at once, so that giving it never waits for the run."""
 
 
@@ -165,6 +172,7 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     report_r, report_w = os.pipe()
     status_r, status_w = os.pipe()
     course_r, course_w = os.pipe()
+    output_r, output_w = os.pipe()   # the run's own stdout and stderr, passed on by the server
     fcntl.fcntl(course_w, fcntl.F_SETPIPE_SZ, COURSE_PIPE_BYTES)
     gate = Gate(os.path.join(course_dir, "stages.json"), course_w)
 
@@ -177,28 +185,50 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     start = isolate.start_run if isolated else isolate.start_plain_run
     hidden = isolate.HIDDEN + (out_dir, course_dir)
     helper = start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
-                   (hidden, tuple(folder for folder in writable if folder not in hidden)), (report_w, course_r), status_w)
-    for fd in (report_w, status_w, course_r):
+                   (hidden, tuple(folder for folder in writable if folder not in hidden)), (report_w, course_r), status_w,
+                   output_w)
+    for fd in (report_w, status_w, course_r, output_w):
         os.close(fd)
     os.set_blocking(report_r, False)
+    os.set_blocking(output_r, False)
     collector = report.Collector(report_r, out_dir, journal)
     watch = isolate.Watch(memory_bytes, helper) if isolated else None
     pidfd = os.pidfd_open(helper)
     reading, helper_status, next_check = True, None, time.monotonic()
+    output, passed = True, [0]
     while reading or helper_status is None:
-        ready, _, _ = select.select([pidfd] + ([report_r] if reading else []), [], [], CHECK_SECONDS)
+        ready, _, _ = select.select([pidfd] + ([report_r] if reading else []) + ([output_r] if output else []), [], [],
+                                    CHECK_SECONDS)
         if report_r in ready:
             reading = collector.read()
+        if output_r in ready:
+            output = _pass_on(output_r, passed)
         if pidfd in ready and helper_status is None:
             helper_status = os.waitpid(helper, 0)[1]
         if watch is not None and helper_status is None and time.monotonic() >= next_check:
             watch.check()
             next_check = time.monotonic() + CHECK_SECONDS
     data = os.read(status_r, 64) if isolated else str(helper_status).encode()
-    for fd in (pidfd, report_r, status_r, course_w, journal_fd):
+    for fd in (pidfd, report_r, status_r, course_w, journal_fd, output_r):
         os.close(fd)
     stopped = "memory" if watch is not None and watch.exceeded else ""
     return (int(data) if data else signal.SIGKILL), stopped
+
+
+def _pass_on(fd: int, passed: list[int]) -> bool:
+    """Reads what a run printed and writes it to the server's own output, up to
+    :data:`OUTPUT_BYTES` a run (``passed`` counts them), dropping the rest; False once every
+    writer has closed the pipe."""
+    try:
+        data = os.read(fd, 2**16)
+    except BlockingIOError:
+        return True
+    kept = data[:max(0, OUTPUT_BYTES - passed[0])]
+    passed[0] += len(kept)
+    if kept:
+        sys.stdout.buffer.write(kept)
+        sys.stdout.flush()
+    return bool(data)
 
 
 def serve(paths: tuple[str, str, str], isolated: bool, folders: list[str], memory_bytes: int) -> None:
