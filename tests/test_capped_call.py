@@ -93,3 +93,19 @@ def test_a_capped_call_starts_no_process():
     assert isinstance(raised.value.error, PermissionError)
     with pytest.raises(capped_call.CappedCallRaised, match="starts no process"):
         capped_call.call_capped(os.fork, MEMORY_CAP, seconds=30)
+
+
+def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():
+    """A kernel that ran a benchmark holds freed space in malloc's heap, which an allocation after
+    the cap could take without mapping anything the cap counts: 240 MiB of it here (6 MiB blocks,
+    served from the heap once an 8 MiB block was freed, and one kept above them), and a row of a
+    query block (64 MiB) must still fail."""
+    freed = torch.empty(8 * 2**20 // 4)
+    del freed                      # glibc now serves blocks under 8 MiB from its heap
+    blocks = [torch.empty(6 * 2**20 // 4) for _ in range(40)]
+    above = torch.empty(7 * 2**20 // 4)   # the heap cannot give the space back past it
+    del blocks
+    with pytest.raises(capped_call.CappedCallRaised, match="allocate"):
+        capped_call.call_capped(lambda: torch.ones(2048, 8192).sum(), MEMORY_CAP, seconds=60)
+    assert capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60).shape == (2048,)
+    del above
