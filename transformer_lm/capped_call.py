@@ -9,9 +9,9 @@ process, as the grader's runs do), makes the call, and sends back
 what it returned, or what it raised as text, through a pipe. The kernel itself is never capped.
 
 A child that does not answer within :data:`SECONDS` is killed. What the call prints is shown after
-it, and the child computes on one thread (see :func:`_child`). Forking needs Linux (``os.fork`` and a kernel that enforces ``RLIMIT_DATA``); elsewhere
-:func:`call_capped` raises :class:`CapUnavailable`, and the check says that only the grader checks
-the cap there.
+it, and the child computes on one thread (see :func:`_child`). Forking needs Linux (``os.fork`` and
+a kernel that enforces ``RLIMIT_DATA``); elsewhere :func:`call_capped` raises
+:class:`CapUnavailable`, and the check says that only the grader checks the cap there.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ MAX_PRINTED = 10_000
 """The most characters of what the call printed that are shown."""
 TRACEBACK_FRAMES = 3
 """The answer's last frames in a raised error's traceback that are sent back: where it arose."""
-LIBRARY_FOLDERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(memory_cap.__file__).rsplit(os.sep, 1)[0]
-                   + os.sep)
+LIBRARY_FOLDERS = tuple(os.path.dirname(path) + os.sep
+                        for path in (torch.__file__, os.path.dirname(memory_cap.__file__)))
 """torch's folder and the course package's: frames there are not the answer's."""
 
 
