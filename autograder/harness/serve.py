@@ -191,11 +191,21 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
         os.close(fd)
     os.set_blocking(report_r, False)
     os.set_blocking(output_r, False)
-    collector = report.Collector(report_r, out_dir, journal)
     watch = isolate.Watch(memory_bytes, helper) if isolated else None
+    helper_status = _follow(helper, report.Collector(report_r, out_dir, journal), report_r, output_r, watch)
+    data = os.read(status_r, 64) if isolated else str(helper_status).encode()
+    for fd in (report_r, status_r, course_w, journal_fd, output_r):
+        os.close(fd)
+    stopped = "memory" if watch is not None and watch.exceeded else ""
+    return (int(data) if data else signal.SIGKILL), stopped
+
+
+def _follow(helper: int, collector: report.Collector, report_r: int, output_r: int,
+            watch: isolate.Watch | None) -> int:
+    """Reads the run's report and output and watches its memory until the report is closed and
+    ``helper`` (the process that started it) has ended; returns the helper's wait status."""
     pidfd = os.pidfd_open(helper)
-    reading, helper_status, next_check = True, None, time.monotonic()
-    output, passed = True, [0]
+    reading, output, passed, helper_status, next_check = True, True, [0], None, time.monotonic()
     while reading or helper_status is None:
         ready, _, _ = select.select([pidfd] + ([report_r] if reading else []) + ([output_r] if output else []), [], [],
                                     CHECK_SECONDS)
@@ -208,11 +218,8 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
         if watch is not None and helper_status is None and time.monotonic() >= next_check:
             watch.check()
             next_check = time.monotonic() + CHECK_SECONDS
-    data = os.read(status_r, 64) if isolated else str(helper_status).encode()
-    for fd in (pidfd, report_r, status_r, course_w, journal_fd, output_r):
-        os.close(fd)
-    stopped = "memory" if watch is not None and watch.exceeded else ""
-    return (int(data) if data else signal.SIGKILL), stopped
+    os.close(pidfd)
+    return helper_status
 
 
 def _pass_on(fd: int, passed: list[int]) -> bool:
