@@ -43,10 +43,10 @@ LEFTOVER_SECONDS = 5.0
 CHECK_SECONDS = 0.05
 """How often the server looks at a run's memory and CPU."""
 COURSE_PIPE_BYTES = 2**20
+"""Room for every stage of the course's code at once, so that giving it never waits for the run."""
 OUTPUT_BYTES = 2**20
 """What a run prints that the server passes on to its own output (the sandbox's, which the worker
 keeps the start of); the rest is dropped."""
-"""Room for every stage of the course's code at once, so that giving it never waits for the run."""
 
 
 def wipe(folder: str, keep: set[str]) -> None:
