@@ -49,8 +49,6 @@ def _encode(value, path: str, tensors: dict[str, torch.Tensor]):
     if isinstance(value, torch.Tensor):
         tensors[path] = value.detach().clone().contiguous()
         return {TENSOR: path}
-    if isinstance(value, judging.Computed):   # made now: a stored file holds values
-        return _encode(value(), path, tensors)
     if isinstance(value, catalog.Mistake):
         known = value.name in STUDENTS_CATALOGUE
         return {MISTAKE: value.name} if known else {MISTAKE: value.name, "title": value.title, "hint": value.hint}
