@@ -165,16 +165,18 @@ class Worker:
             for name in ("out", "scratch"):
                 shutil.rmtree(self._host[name])
                 Path(self._host[name]).mkdir(mode=0o755)
+        limits = sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
+                                file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes)
         argv = ["python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
-                paths["out"], "--wipe", paths["out"], "--wipe", paths["scratch"], "--memory", str(settings.memory_bytes)]
+                paths["out"], "--wipe", paths["out"], "--memory", str(settings.memory_bytes)]
         if self.sandboxed:
-            argv += ["--isolated", "--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue"]
+            argv += ["--isolated", "--scratch", paths["scratch"], "--scratch", "/tmp", "--scratch", "/dev/shm",
+                     "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes)]
         return sandbox.Session(
             argv,
             readonly={self._host[name]: MOUNTS[name] for name in ("in", "lib")},
             writable={self._host[name]: MOUNTS[name] for name in ("out", "scratch")},
-            limits=sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
-                                  file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes),
+            limits=limits,
             env={"PYTHONPATH": f"{paths['lib']}:{paths['in']}", "MPLBACKEND": "Agg", "HOME": paths["scratch"], "OMP_NUM_THREADS": "1",
                  "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
             cwd=paths["scratch"], isolation=self.isolation)

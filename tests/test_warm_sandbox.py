@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from autograder import runner, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.run_reply import exit_code
+from warm_runs import plan, printed, run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,25 +109,6 @@ print("WORKED", worked)
 """
 """Every way ctypes writes memory or calls C without an audit event, tried; in a plain Python each
 one works (the control), so an empty list means refused, not missed."""
-
-def plan(*sources):
-    return {"cells": [{"index": i, "source": textwrap.dedent(s), "probes": []} for i, s in enumerate(sources)],
-            "calls": {}, "skip_cells": [], "skip_probes": [], "watch": {}}
-
-
-def run(worker, *sources):
-    """Runs the cells; returns their errors and what they printed."""
-    reply, read = worker.run(plan(*sources), {}, 60, None)
-    events = worker.events(read)
-    errors = [e["error"] for e in events if e["event"] == "cell_end" and e.get("error")]
-    assert any(e["event"] == "done" for e in events), (reply, errors)
-    return errors, reply.output
-
-
-def printed(output, key):
-    line = next(line for line in output.splitlines() if line.startswith(key))
-    return eval(line[len(key) + 1:])  # a literal printed by the cell
-
 
 @pytest.fixture
 def worker():

@@ -32,11 +32,7 @@ import traceback
 from dataclasses import dataclass
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
-MS_NOATIME, MS_NODIRATIME, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 1 << 14, 1 << 18, 1 << 21
-STATVFS_TO_MOUNT = ((os.ST_RDONLY, MS_RDONLY), (os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV),
-                    (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
-"""A mount's flags that a remount must keep (they may be locked), as ``statvfs`` and ``mount`` name them."""
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 38, 47, 4
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
 KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
@@ -50,6 +46,22 @@ HIDDEN = ("/proc",)
 RLIMITS = tuple(sorted(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")))
 CORES_PER_RUN = 1.0
 """How many cores a run's processes may keep busy together (the grader's own runs use one)."""
+MQUEUE = "/dev/mqueue"
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Where a run may write: an empty tmpfs at each of ``folders``, mounted in the run's own mount
+    namespace, bounded in bytes and in files, where nothing can be executed or loaded as code.
+
+    A size limit alone lets a run pin kernel memory that no limit counts: a million empty files
+    hold about a gigabyte of inodes. The inode bound stops that, and since the mounts die with the
+    run's namespaces, before the server answers, what a run wrote is freed in its own time: the
+    next submission starts on empty folders with nothing to wipe."""
+
+    folders: tuple[str, ...]
+    size_bytes: int
+    inodes: int
 
 
 class Libc:
@@ -134,12 +146,12 @@ def _descriptors() -> tuple[tuple[int, int, int], ...]:
     return tuple(found)
 
 
-def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
+def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], Scratch], keep: tuple[int, ...],
               status_w: int, output: int) -> int:
     """Forks the process that makes the run's namespaces; returns its pid. In there, the run's
     init (pid 1 of the new pid namespace) starts ``run()`` (which must never return) in a process
-    that holds no capability, sees the first of ``folders`` as empty read-only folders and can
-    execute nothing in the second (what it may write), and writes the run's wait status to
+    that holds no capability, sees the first of ``folders`` as empty read-only folders and the
+    second's as fresh tmpfs mounts of its own (:class:`Scratch`), and writes the run's wait status to
     ``status_w`` when it ends. ``keep``: the descriptors the run may hold; ``output``: the pipe that
     is the run's standard output and error, its own."""
     pid = os.fork()
@@ -158,7 +170,7 @@ def start_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tup
         os._exit(0)
 
 
-def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]],
+def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], Scratch],
                     keep: tuple[int, ...], status_w: int, output: int) -> int:
     """Forks the run itself, without namespaces (no sandbox: nothing to hide it from, no
     capability to drop); returns its pid, whose wait status is the run's."""
@@ -174,7 +186,7 @@ def start_plain_run(libc: Libc, run, state: State, folders: tuple[tuple[str, ...
     return pid
 
 
-def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[str, ...]], keep: tuple[int, ...],
+def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], Scratch], keep: tuple[int, ...],
           status_w: int, output: int) -> None:
     """The run's init: makes its view of the filesystem, starts the run, relays how it ended.
     When it exits, the kernel kills whatever the run left in its pid namespace."""
@@ -184,13 +196,14 @@ def _init(libc: Libc, run, state: State, folders: tuple[tuple[str, ...], tuple[s
             f.write(RUN_OOM_SCORE)
         libc.prctl(PR_SET_DUMPABLE, 0)  # the run must not trace its init
         libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
-        hidden, writable = folders
+        hidden, scratch = folders
         for folder in hidden:
             libc.mount("hidden", folder, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
-        for folder in writable:  # nothing the run writes can be run or loaded as code (a compiled module, say)
-            flags = os.statvfs(folder).f_flag
-            kept = sum(ms for st, ms in STATVFS_TO_MOUNT if flags & st)
-            libc.mount(None, folder, None, MS_REMOUNT | MS_BIND | MS_NOEXEC | kept)
+        for folder in scratch.folders:
+            libc.mount("scratch", folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       f"size={scratch.size_bytes},nr_inodes={scratch.inodes},mode=1777")
+        if os.path.isdir(MQUEUE):  # the run's own IPC namespace's queues, which die with it
+            libc.mount("mqueue", MQUEUE, "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         child = os.fork()
         if child == 0:
             try:

@@ -66,16 +66,15 @@ RUN_LOST_ITS_REPORT = 86
 """The exit status of a run whose report pipe was closed or replaced under it."""
 
 
-def send(fd: int, value) -> None:
-    """Writes ``value`` as one JSON frame (the server's stages of course code, to the run)."""
+def frame(value) -> bytes:
+    """``value`` as one JSON frame (the server's stages of course code, for the run), which
+    :func:`receive` reads."""
     payload = json.dumps(value).encode()
-    data = memoryview(HEADER.pack(EVENT, len(payload)) + payload)
-    while data:
-        data = data[os.write(fd, data):]
+    return HEADER.pack(EVENT, len(payload)) + payload
 
 
 def receive(fd: int):
-    """Reads one frame written by :func:`send`; waits for it."""
+    """Reads one frame made by :func:`frame`; waits for it."""
     def exactly(count: int) -> bytes:
         data = b""
         while len(data) < count:

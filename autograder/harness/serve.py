@@ -1,6 +1,7 @@
 """The warm server: one sandbox, many runs, none of which can reach another.
 
     python -m harness.serve PLAN.json INPUTS.safetensors OUT_DIR [--isolated] [--wipe DIR ...]
+                            [--scratch DIR ...] [--scratch-bytes BYTES] [--scratch-inodes COUNT]
                             [--memory BYTES]
 
 It imports what notebooks use once, then for each ``run TOKEN`` line on its standard input
@@ -13,8 +14,10 @@ submission, and this pays it once per sandbox instead of once per submission.
 The server never reads a plan or runs student code, so a run holds nothing of another
 submission; it cannot be traced or read (it is not dumpable), and no run can name it (it is not
 in the runs' pid namespace). The token of a run stays here: the journal's first line, which names
-the run, is the server's. Before each run it empties the writable folders named by ``--wipe``;
-after each run, with ``--isolated`` (only in a private pid namespace), it kills every other
+the run, is the server's. Before each run it empties its own folders named by ``--wipe``. With
+``--isolated``, each run gets an empty tmpfs of its own at each ``--scratch`` folder, bounded in
+size and in files, which dies with the run (:class:`harness.isolate.Scratch`): nothing a run wrote
+is left for the server to wipe in the next run's time. After each run, with ``--isolated`` (only in a private pid namespace), it kills every other
 process, removes System V IPC objects, clears the user keyrings and checks its own state (its
 limits, priority, CPU set and the flags and sizes of its standard descriptors); if any of that
 fails, it serves no further run. Without ``--isolated`` it serves one run. A run's standard output
@@ -24,7 +27,6 @@ next.
 """
 
 import argparse
-import fcntl
 import json
 import os
 import select
@@ -42,21 +44,15 @@ IPC_RMID = 0
 LEFTOVER_SECONDS = 5.0
 CHECK_SECONDS = 0.05
 """How often the server looks at a run's memory and CPU."""
-COURSE_PIPE_BYTES = 2**20
-"""Room for every stage of the course's code at once, so that giving it never waits for the run."""
 OUTPUT_BYTES = 2**20
 """What a run prints that the server passes on to its own output (the sandbox's, which the worker
 keeps the start of); the rest is dropped."""
 
 
-def wipe(folder: str, keep: set[str]) -> None:
-    """Empties ``folder`` of what runs wrote there, whatever permissions they left on it (it
-    belongs to this uid, so its rights can be taken back). ``keep`` names what the folder held
-    before any run (the folders bubblewrap made under ``/tmp`` to mount a virtual environment
-    that lives there, say): those are not this uid's, and runs cannot change them."""
+def wipe(folder: str) -> None:
+    """Empties ``folder``, the server's own (where it writes a run's results), whatever
+    permissions are on what it holds (it belongs to this uid, so its rights can be taken back)."""
     for entry in os.scandir(folder):
-        if entry.name in keep:
-            continue
         if entry.is_dir(follow_symlinks=False):
             os.chmod(entry.path, 0o700)
             for parent, names, _ in os.walk(entry.path):
@@ -67,7 +63,7 @@ def wipe(folder: str, keep: set[str]) -> None:
             shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
-    if set(os.listdir(folder)) - keep:
+    if os.listdir(folder):
         raise RuntimeError(f"{folder} could not be emptied")
 
 
@@ -139,6 +135,11 @@ class Gate:
             data = json.load(f)
         self.fd, self.stages, self.waiting = fd, data["stages"], set(data["own"])
         self.open_probe, self.ended, self.shut = None, set(), False
+        self.pending = bytearray()
+        """Released course code that the pipe has not taken yet: the server never waits for the run
+        to read, and never sizes the pipe (the kernel's per-user quota on pipe sizes, which any
+        process of the same uid can exhaust, could refuse that)."""
+        os.set_blocking(fd, False)
         self._release()
 
     def seen(self, event: dict) -> None:
@@ -157,12 +158,23 @@ class Gate:
     def _release(self) -> None:
         while self.waiting <= self.ended and self.stages:
             stage = self.stages.pop(0)
-            report.send(self.fd, stage["code"])
+            self.pending += report.frame(stage["code"])
             self.waiting = set(stage["pids"])
+        self.flush()
+
+    def flush(self) -> None:
+        """Writes as much of :attr:`pending` as the pipe takes now; drops it once the run is gone."""
+        try:
+            written = os.write(self.fd, self.pending) if self.pending else 0
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            written = len(self.pending)
+        del self.pending[:written]
 
 
 def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolated: bool, state: isolate.State,
-            memory_bytes: int, writable: tuple[str, ...]) -> tuple[int, str]:
+            memory_bytes: int, scratch: isolate.Scratch) -> tuple[int, str]:
     """Starts a run, writes what it reports, watches it until it ends; returns its wait status
     and why the server stopped it (``"memory"``, or ``""``)."""
     plan_path, inputs_path, out_dir = paths
@@ -173,7 +185,6 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     status_r, status_w = os.pipe()
     course_r, course_w = os.pipe()
     output_r, output_w = os.pipe()   # the run's own stdout and stderr, passed on by the server
-    fcntl.fcntl(course_w, fcntl.F_SETPIPE_SZ, COURSE_PIPE_BYTES)
     gate = Gate(os.path.join(course_dir, "stages.json"), course_w)
 
     def journal(event: dict) -> None:
@@ -183,16 +194,14 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
 
     journal({"event": "ready", "run": token})
     start = isolate.start_run if isolated else isolate.start_plain_run
-    hidden = isolate.HIDDEN + (out_dir, course_dir)
     helper = start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
-                   (hidden, tuple(folder for folder in writable if folder not in hidden)), (report_w, course_r), status_w,
-                   output_w)
+                   (isolate.HIDDEN + (out_dir, course_dir), scratch), (report_w, course_r), status_w, output_w)
     for fd in (report_w, status_w, course_r, output_w):
         os.close(fd)
     os.set_blocking(report_r, False)
     os.set_blocking(output_r, False)
     watch = isolate.Watch(memory_bytes, helper) if isolated else None
-    helper_status = _follow(helper, report.Collector(report_r, out_dir, journal), report_r, output_r, watch)
+    helper_status = _follow(helper, report.Collector(report_r, out_dir, journal), gate, output_r, watch)
     data = os.read(status_r, 64) if isolated else str(helper_status).encode()
     for fd in (report_r, status_r, course_w, journal_fd, output_r):
         os.close(fd)
@@ -200,16 +209,18 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     return (int(data) if data else signal.SIGKILL), stopped
 
 
-def _follow(helper: int, collector: report.Collector, report_r: int, output_r: int,
-            watch: isolate.Watch | None) -> int:
-    """Reads the run's report and output and watches its memory until the report is closed and
-    ``helper`` (the process that started it) has ended; returns the helper's wait status."""
+def _follow(helper: int, collector: report.Collector, gate: Gate, output_r: int, watch: isolate.Watch | None) -> int:
+    """Reads the run's report and output, gives it the course's code it may have, and watches its
+    memory until the report is closed and ``helper`` (the process that started it) has ended;
+    returns the helper's wait status."""
     pidfd = os.pidfd_open(helper)
     reading, output, passed, helper_status, next_check = True, True, [0], None, time.monotonic()
     while reading or helper_status is None:
-        ready, _, _ = select.select([pidfd] + ([report_r] if reading else []) + ([output_r] if output else []), [], [],
-                                    CHECK_SECONDS)
-        if report_r in ready:
+        ready, writable, _ = select.select([pidfd] + ([collector.fd] if reading else []) + ([output_r] if output else []),
+                                           [gate.fd] if gate.pending else [], [], CHECK_SECONDS)
+        if writable:
+            gate.flush()
+        if collector.fd in ready:
             reading = collector.read()
         if output_r in ready:
             output = _pass_on(output_r, passed)
@@ -238,13 +249,13 @@ def _pass_on(fd: int, passed: list[int]) -> bool:
     return bool(data)
 
 
-def serve(paths: tuple[str, str, str], isolated: bool, folders: list[str], memory_bytes: int) -> None:
+def serve(paths: tuple[str, str, str], isolated: bool, wiped: list[str], scratch: isolate.Scratch,
+          memory_bytes: int) -> None:
     """Answers each ``run`` request with a run's wait status and whether it serves another;
     see the module docstring."""
     reply_fd = int(os.environ.pop("SANDBOX_REPLY_FD"))
     libc = isolate.Libc()
     isolated = isolated and isolate.KEYCTL is not None
-    before = {folder: set(os.listdir(folder)) for folder in folders}  # before warming up writes caches
     environment = dict(os.environ)
     run.warm_up()
     os.environ.clear()  # what warming up set (torch's first traced call sets TORCHINDUCTOR_CACHE_DIR) is not the runs'
@@ -253,11 +264,11 @@ def serve(paths: tuple[str, str, str], isolated: bool, folders: list[str], memor
     state = isolate.State.now()
     requests = os.fdopen(0, "rb", buffering=0)
     while len(request := requests.readline().decode("ascii", "replace").split()) == 2 and request[0] == "run":
-        for folder in folders:
-            wipe(folder, before[folder])
+        for folder in wiped:
+            wipe(folder)
         sys.stdout.flush()
         sys.stderr.flush()
-        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes, tuple(folders))
+        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes, scratch)
         more = False
         if isolated:
             end_leftovers()
@@ -275,10 +286,15 @@ def main() -> None:
     parser.add_argument("inputs")
     parser.add_argument("out")
     parser.add_argument("--isolated", action="store_true", help="in a private pid namespace: serve many runs")
-    parser.add_argument("--wipe", action="append", default=[], help="a folder to empty before each run")
+    parser.add_argument("--wipe", action="append", default=[], help="a folder of the server's to empty before each run")
+    parser.add_argument("--scratch", action="append", default=[],
+                        help="with --isolated, a folder where each run gets an empty tmpfs of its own")
+    parser.add_argument("--scratch-bytes", type=int, default=256 * 2**20, help="the size of each run's tmpfs")
+    parser.add_argument("--scratch-inodes", type=int, default=4096, help="the files and folders each run's tmpfs holds")
     parser.add_argument("--memory", type=int, default=4 * 2**30, help="bytes a run's processes may hold together")
     args = parser.parse_args()
-    serve((args.plan, args.inputs, args.out), args.isolated, args.wipe, args.memory)
+    scratch = isolate.Scratch(tuple(args.scratch), args.scratch_bytes, args.scratch_inodes)
+    serve((args.plan, args.inputs, args.out), args.isolated, args.wipe, scratch, args.memory)
 
 
 if __name__ == "__main__":

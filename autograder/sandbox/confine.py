@@ -13,12 +13,14 @@ grader runs several at once (torch's threads count as processes too).
 * When the grader runs as root, bwrap runs privileged: as root it can bind the interpreter even
   where it lives under an unreadable ``/root``, and it builds the filesystem and namespaces. The
   first process inside (:data:`WRAPPER`, trusted code) holds only ``CAP_SETUID`` and
-  ``CAP_SETGID``; it drops to uid and gid 65534 for real (all capabilities go with uid 0), then
-  creates a user namespace of its own that maps 65534 to 65534 and forbids nested user
-  namespaces, sets the limits, and executes the student's command. The student is uid 65534 inside
-  and outside, so the kernel enforces ``RLIMIT_NPROC``, counted in this sandbox's namespace only.
-  (Dropping to 65534 *before* bwrap was tried: bwrap then cannot reach an interpreter under
-  ``/root``, not even through ``--ro-bind-fd``, because it resolves the path.)
+  ``CAP_SETGID``; it drops for real to a uid and gid that this sandbox alone holds on the machine
+  (:mod:`autograder.sandbox.host_ids`: the kernel's per-user quotas, such as the memory of pipes,
+  are then the sandbox's own), and all capabilities go with uid 0. It then creates a user namespace
+  of its own that maps 65534 to that uid and forbids nested user namespaces, sets the limits, and
+  executes the student's command. The student is uid 65534 inside and not root outside, so the
+  kernel enforces ``RLIMIT_NPROC``, counted in this sandbox's namespace only. (Dropping root
+  *before* bwrap was tried: bwrap then cannot reach an interpreter under ``/root``, not even
+  through ``--ro-bind-fd``, because it resolves the path.)
 * When the grader runs as another user (the course's container), bwrap runs unprivileged and
   creates the user namespace itself (``--unshare-user --uid 65534 --disable-userns``); the wrapper
   sets the limits inside it, so again they count this sandbox alone.
@@ -64,18 +66,19 @@ if fds:
 sock.close()
 for fd in fds:
     os.close(fd)
-if spec["drop_root"]:
+if spec["host_uid"] is not None:
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
+    host = spec["host_uid"]
     os.setgroups([])
-    os.setgid({SANDBOX_UID})
-    os.setuid({SANDBOX_UID})
+    os.setgid(host)
+    os.setuid(host)
     libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: setuid cleared it; /proc/self/*_map need it
     if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
-    for path, text in (("/proc/self/uid_map", "{SANDBOX_UID} {SANDBOX_UID} 1"),
+    for path, text in (("/proc/self/uid_map", f"{SANDBOX_UID} {{host}} 1"),
                        ("/proc/self/setgroups", "deny"),
-                       ("/proc/self/gid_map", "{SANDBOX_UID} {SANDBOX_UID} 1"),
+                       ("/proc/self/gid_map", f"{SANDBOX_UID} {{host}} 1"),
                        ("/proc/sys/user/max_user_namespaces", "0")):
         with open(path, "w") as f:
             f.write(text)
@@ -112,6 +115,9 @@ class Limits:
     """Merged stdout and stderr kept; the rest is read and dropped."""
     scratch_bytes: int = 256 * 2**20
     """Size of each tmpfs: ``/tmp``, ``/dev/shm`` and every writable folder."""
+    scratch_inodes: int = 4096
+    """Files and folders of each tmpfs a warm session's run writes (:mod:`autograder.harness.isolate`):
+    empty files cost no bytes, but each pins about a kibibyte of the kernel's memory."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from autograder.sandbox.confine import WRAPPER, Isolation, Limits, bwrap_args, data_files, sandbox_python
+from autograder.sandbox.host_ids import reserve as reserve_host_uid
 from autograder.sandbox.folders import WritableFolders
 
 _BASE_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
@@ -52,13 +53,14 @@ class _Started:
     """Read end of the command's answer pipe, for a session."""
 
 
-def _wrapper_spec(limits: Limits, writable: dict[str, str], sandboxed: bool, serve: bool) -> dict:
-    """What the wrapper (:data:`WRAPPER`) sets up before it runs the command: its limits, the drop
-    of root, the folders it may write, and whether a session keeps CAP_SYS_ADMIN."""
+def _wrapper_spec(limits: Limits, writable: dict[str, str], sandboxed: bool, serve: bool, host_uid: int | None) -> dict:
+    """What the wrapper (:data:`WRAPPER`) sets up before it runs the command: its limits, the uid
+    it drops root for (``host_uid``, or none where bwrap did not run as root), the folders it may
+    write, and whether a session keeps CAP_SYS_ADMIN."""
     return {
         "rlimits": [("RLIMIT_AS", limits.memory_bytes), ("RLIMIT_NPROC", limits.processes),
                     ("RLIMIT_FSIZE", limits.file_size_bytes), ("RLIMIT_CORE", 0)],
-        "drop_root": sandboxed and os.geteuid() == 0,
+        "host_uid": host_uid,
         "writable": list(writable.values()) if sandboxed else [],
         "keep_sys_admin": sandboxed and serve,
     }
@@ -82,7 +84,8 @@ def launch(stack: contextlib.ExitStack, argv: list[str], *, readonly: dict[str, 
     (see :class:`Session`); otherwise its standard input is empty.
     """
     sandboxed = isolation.name == "bubblewrap"
-    spec = _wrapper_spec(limits, writable, sandboxed, serve)
+    host_uid = reserve_host_uid(stack) if sandboxed and os.geteuid() == 0 else None
+    spec = _wrapper_spec(limits, writable, sandboxed, serve, host_uid)
     env = dict(env)
     child_ends: list[int] = []  # closed here once the child holds its copies
     stack.callback(lambda: [os.close(fd) for fd in child_ends])
