@@ -7,8 +7,8 @@ the machine; trusted code elsewhere reads back only the files it left in its wri
 With bubblewrap (``bwrap``, Debian package ``bubblewrap``, 0.8 or newer) the process gets:
 
 * a root filesystem of its own: the system directories, the grader's Python interpreter and
-  virtual environment (read-only, at their host paths, so the venv's ``python`` works), the
-  caller's ``readonly`` binds, and size-limited tmpfs folders: ``/tmp`` (also ``HOME``),
+  virtual environment (read-only, copied so that they name nothing of the host, at fixed paths),
+  the caller's ``readonly`` binds, and size-limited tmpfs folders: ``/tmp`` (also ``HOME``),
   ``/dev/shm`` and every ``writable`` destination. Nothing else of the host is visible.
 * its own pid, network, IPC and UTS namespaces: no network at all, and when the run ends the pid
   namespace dies, so no background process or daemon survives it.
@@ -26,6 +26,8 @@ The package, one concern a module:
 * :mod:`~autograder.sandbox.confine`: what confines the process (bwrap's options, the trusted
   wrapper that drops root and sets the limits) and the :class:`Limits` and :class:`Isolation`
   that describe it;
+* :mod:`~autograder.sandbox.environment`: the grader's environment and interpreter as the
+  sandbox shows them;
 * :mod:`~autograder.sandbox.detect`: :func:`detect_isolation`, whether bubblewrap works here;
 * :mod:`~autograder.sandbox.process`: starting a confined process and making sure it is gone;
 * :mod:`~autograder.sandbox.folders`: reading what the process left in its writable folders
@@ -34,8 +36,9 @@ The package, one concern a module:
 * :mod:`~autograder.sandbox.session`: :class:`Session`, a sandbox kept warm for many requests.
 """
 
-from autograder.sandbox.confine import SANDBOX_UID, VENV, Isolation, Limits
+from autograder.sandbox.confine import SANDBOX_UID, Isolation, Limits
 from autograder.sandbox.detect import detect_isolation
+from autograder.sandbox.environment import VENV
 from autograder.sandbox.run import SandboxResult, run_sandboxed
 from autograder.sandbox.session import Reply, Session
 

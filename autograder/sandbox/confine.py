@@ -43,15 +43,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-VENV = "/grader/python"
-"""Where a sandbox shows the grader's virtual environment: a path that names nothing of the host's
-(``make`` puts the environment in the course folder)."""
+from autograder.sandbox.environment import SYSTEM_PATHS, prepared, sandbox_path
+
 SANDBOX_UID = 65534
 """uid and gid of the student's process (``nobody``/``nogroup`` on Debian)."""
 _CAP_SYS_ADMIN = 21
 _SYS_CAPGET, _SYS_CAPSET = {"x86_64": (125, 126), "aarch64": (90, 91)}.get(os.uname().machine, (None, None))
 
-_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
 _PASSWD = f"nobody:x:{SANDBOX_UID}:{SANDBOX_UID}:nobody:/tmp:/usr/sbin/nologin\n"
 _GROUP = f"nogroup:x:{SANDBOX_UID}:\n"
@@ -134,8 +132,7 @@ def bwrap_args(readonly: dict[str, str], writable: dict[str, str], limits: Limit
                info_fd: int, data_fds: list[int], serve: bool = False) -> list[str]:
     """The bwrap options that build the sandbox described in :mod:`autograder.sandbox`; with
     ``serve``, the command keeps ``CAP_SYS_ADMIN`` in the sandbox's user namespace (see above).
-    ``data_fds`` hold the contents of ``/etc/passwd``, ``/etc/group`` and (empty) the
-    :func:`install_records`, in that order (:func:`data_files`)."""
+    ``data_fds`` hold the contents of ``/etc/passwd`` and ``/etc/group`` (:func:`data_files`)."""
     parents, size = _Parents(), str(limits.scratch_bytes)
     return (_namespace_args(info_fd, serve) + _system_args(parents, data_fds, size)
             + _bind_args(parents, readonly, writable, size) + ["--remount-ro", "/", "--chdir", cwd])
@@ -173,9 +170,10 @@ def _namespace_args(info_fd: int, serve: bool) -> list[str]:
 
 def _system_args(parents: _Parents, data_fds: list[int], size: str) -> list[str]:
     """The system read-only, its own /etc files, fresh /proc, /dev, /tmp and /dev/shm, and the
-    grader's interpreter with the install records blanked."""
+    grader's environment and interpreter, copied so that they name nothing of the host, at fixed paths
+    (:mod:`~autograder.sandbox.environment`)."""
     args = []
-    for path in _SYSTEM_PATHS:
+    for path in SYSTEM_PATHS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
@@ -191,10 +189,8 @@ def _system_args(parents: _Parents, data_fds: list[int], size: str) -> list[str]
     args += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     args += parents("/tmp") + ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
-    for host, path in _interpreter_binds():
+    for host, path in prepared():
         args += parents(path) + ["--ro-bind", host, path]
-    for fd, path in zip(data_fds[2:], install_records()):  # over the environment's own files
-        args += ["--perms", "0444", "--ro-bind-data", str(fd), path]
     return args
 
 
@@ -212,40 +208,11 @@ def _bind_args(parents: _Parents, readonly: dict[str, str], writable: dict[str, 
     return args
 
 
-def _interpreter_binds() -> list[tuple[str, str]]:
-    """The grader's base interpreter, at its host path (a virtual environment's ``python`` links
-    to it), and its virtual environment at :data:`VENV`: ``(host path, sandbox path)``."""
-    dirs = {sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    if not _in_venv():
-        dirs.add(sys.prefix)
-    binds = [(d, d) for d in sorted(dirs) if not any(d == s or d.startswith(s + "/") for s in _SYSTEM_PATHS)]
-    return binds + ([(sys.prefix, VENV)] if _in_venv() else [])
-
-
-def install_records() -> list[str]:
-    """Files of the virtual environment that record where a package was installed from (an
-    editable install's finder and path file, a ``direct_url.json``), at their sandbox paths: the
-    sandbox shows them empty, since they name the host's folders (the course's, often)."""
-    if not _in_venv():
-        return []
-    site = next((p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")), None)
-    if site is None:
-        return []
-    found = [os.path.join(site, name) for name in os.listdir(site) if name.startswith("__editable__")]
-    found += [os.path.join(site, name, "direct_url.json") for name in os.listdir(site)
-              if name.endswith(".dist-info") and os.path.exists(os.path.join(site, name, "direct_url.json"))]
-    return sorted(VENV + path[len(sys.prefix):] for path in found)
-
-
 def data_files() -> list[str]:
     """What the sandbox's files made from data hold, in the order :func:`bwrap_args` takes them."""
-    return [_PASSWD, _GROUP, *("" for _ in install_records())]
-
-
-def _in_venv() -> bool:
-    return sys.prefix != sys.base_prefix
+    return [_PASSWD, _GROUP]
 
 
 def sandbox_python() -> str:
     """The grader's interpreter, as a sandbox finds it."""
-    return f"{VENV}/bin/python" if _in_venv() else sys.executable
+    return sandbox_path(sys.executable)
