@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -115,8 +116,11 @@ def merge_command(args) -> int:
 def feedback_command(args) -> int:
     from autograder import pipeline
 
-    for page in pipeline.write_class_feedback(course_of(args), args.assignment):
+    pages, notes = pipeline.write_class_feedback(course_of(args), args.assignment)
+    for page in pages:
         print(page)
+    for note in notes:
+        print(f"Note: {note}")
     return 0
 
 
@@ -327,6 +331,10 @@ def add_course_commands(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        # A student id is a folder's name, whose bytes need not be text: printed with backslash escapes.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     from autograder.errors import GradingError
 

@@ -16,6 +16,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from autograder.course import Course
 from autograder.record import Marking, feedback_stamp, marking_digest
 from autograder.results import SubmissionResult
+from autograder.sanitize import STORABLE
 
 # The pages' templates (autograder/templates/), shared with autograder.report: every value
 # put into a page is escaped, so no string from a submission becomes markup. They are found
@@ -51,7 +52,7 @@ def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, 
     written = []
     for notebook, cells in answers.items():
         path = folder / f"{notebook}.html"
-        path.write_text(render(result, notebook, cells, marking))
+        path.write_text(render(result, notebook, cells, marking), **STORABLE)
         written.append(path)
     stamp = feedback_stamp(course, result.assignment, result.student)
     stamp.parent.mkdir(parents=True, exist_ok=True)

@@ -73,8 +73,8 @@ class Fingerprint:
 def fingerprint(source: str, starter: str = "") -> Fingerprint:
     """The fingerprint of ``source``, an answer cell, without what ``starter`` (the release's answer
     cell) already gives."""
-    text = source.replace("\r\n", "\n").replace("\r", "\n")
-    lines = [line + "\n" for line in text.removesuffix("\n").split("\n")] if text else []
+    # the lines parse_cell numbers: it also breaks a line at \x85, \x1c or \u2028, which a student may type
+    lines = [line + "\n" for line in source.splitlines()]
     given = {line.strip() for line in starter.splitlines() if line.strip()}
     tree = parse_cell("".join(lines))   # None: compared as written
     blank = {number for number, line in enumerate(lines) if line.strip() in given} | _docstring_lines(tree)
@@ -123,7 +123,7 @@ def _mask(answer: Fingerprint, slices: np.ndarray) -> np.ndarray:
 
 def _kgram_hashes(text: str) -> np.ndarray:
     """A 64-bit BLAKE2b hash of every k-gram of ``text`` (the same in every process)."""
-    data = text.encode("utf-32-le")  # four bytes a character: k-gram i is bytes 4i to 4(i + K)
+    data = text.encode("utf-32-le", "surrogatepass")  # four bytes a character: k-gram i is bytes 4i to 4(i + K)
     return np.array([int.from_bytes(hashlib.blake2b(data[4 * i:4 * (i + K)], digest_size=8).digest(), "little",
                                     signed=True) for i in range(len(text) - K + 1)], dtype=np.int64)
 

@@ -9,7 +9,6 @@ shows what it returns.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,16 @@ from autograder.assignment import Assignment
 from autograder.cells import answer_cells
 from autograder.course import Course, checks_version
 from autograder.errors import GradingError
-from autograder.faults import log_fault
+from autograder.faults import costs_one, log_fault
 from autograder.grading import grade_class
+from autograder.notebook_data import read_notebook
 from autograder.preflight import Preflight
 from autograder.regrade import Regrade, compare, out_of_date, write_changes_csv
 from autograder.results import SubmissionResult, load_results, write_report
+
+
+NO_PAGES = "the student's feedback pages were not written. Give them their results from the report"
+"""What ``autograder feedback`` does instead of a student's pages on which the grader faults, as its note says."""
 
 
 @dataclass
@@ -129,19 +133,36 @@ def merge(course: Course, assignment: str) -> ClassGrades:
     return ClassGrades(assignment, results, results[0].isolation, record_class(course, assignment, results))
 
 
-def write_class_feedback(course: Course, assignment: str) -> list[Path]:
+def write_class_feedback(course: Course, assignment: str) -> tuple[list[Path], list[str]]:
     """Feedback pages again from the last grading (its reports and autograded notebooks) and the
     hand grades and comments that TAs have recorded in formgrader since: the one command that
-    makes students' feedback (in place of ``nbgrader generate_feedback``)."""
+    makes students' feedback (in place of ``nbgrader generate_feedback``). Returns the pages, and notes
+    on the pages that show no code or were not written: a fault of the grader costs one student's pages."""
     results = load_results(course, assignment)
     if not results:
         raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
                            f"`autograder grade {assignment}` first.")
     marked = record.markings(course, assignment)
-    pages = []
+    pages: list[Path] = []
+    notes: list[str] = []
     for result in results:
-        folder = course.root / "autograded" / result.student / result.assignment
-        notebooks = [folder / f"{nb}.ipynb" for nb in dict.fromkeys(i.notebook for i in result.items)]
-        answers = {nb.stem: answer_cells(json.loads(nb.read_text())["cells"]) if nb.exists() else [] for nb in notebooks}
-        pages += feedback.write_feedback(course, result, answers, marked.get(result.student))
-    return pages
+        with costs_one(course.reports(assignment), result.student, "writing the feedback pages", NO_PAGES, notes):
+            answers = graded_answers(course, result, notes)
+            pages += feedback.write_feedback(course, result, answers, marked.get(result.student))
+    return pages, notes
+
+
+def graded_answers(course: Course, result: SubmissionResult, notes: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The answer cells of each notebook of ``result``, from its autograded copy, read as untrusted data:
+    nbgrader's own autograde copies the submission there as it is. A copy that is missing gives no code,
+    and so does one that cannot be read, with a note."""
+    folder = course.root / "autograded" / result.student / result.assignment
+    answers = {}
+    for notebook in dict.fromkeys(item.notebook for item in result.items):
+        path = folder / f"{notebook}.ipynb"
+        data, problem = read_notebook(path) if path.exists() else ({"cells": []}, None)
+        if problem:
+            notes.append(f"{result.student}: the feedback page of {notebook} shows no code: "
+                         f"{path.relative_to(course.root)} could not be read ({problem})")
+        answers[notebook] = answer_cells(data["cells"]) if data else []
+    return answers

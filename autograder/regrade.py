@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.results import ItemResult, SubmissionResult
-from autograder.sanitize import spreadsheet_safe
+from autograder.sanitize import STORABLE, spreadsheet_safe
 
 CHANGE_FIELDS = ["student", "grade_id", "old_score", "new_score", "old_status", "new_status", "old_mistake",
                  "new_mistake", "old_message", "new_message"]
@@ -85,7 +85,7 @@ def _cells(item: ItemResult | None) -> list[str]:
 
 def write_changes_csv(path: Path, changes: list[Change]) -> Path:
     """``changes.csv``: a row per changed item, old and new side by side (:data:`CHANGE_FIELDS`)."""
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", **STORABLE) as f:
         writer = csv.writer(f)
         writer.writerow(CHANGE_FIELDS)
         for change in changes:

@@ -27,11 +27,12 @@ from matplotlib.figure import Figure
 
 from autograder.course import Course
 from autograder.errors import GradingError
+from autograder.faults import log_fault
 from autograder.feedback import PAGES
 from autograder.guide import write_guide
 from autograder.record import Marking, item_message, markings, stale_feedback
 from autograder.results import NOT_WRITTEN, STATUSES, SubmissionResult, load_results
-from autograder.sanitize import spreadsheet_safe
+from autograder.sanitize import STORABLE, spreadsheet_safe
 from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE
 from autograder.similarity_report import write_similarity
 
@@ -169,11 +170,15 @@ def render(assignment: str, results: list[SubmissionResult], graded_at: str = ""
 def similarity_section(course: Course, assignment: str) -> dict:
     """Writes the similarity report (:mod:`autograder.similarity_report`) and returns what the class
     report says of it: per answer cell, its pairs at or above the threshold by source and how many are
-    weak evidence; or, under ``missing``, why answers were not compared."""
+    weak evidence; or, under ``missing``, why answers were not compared. A fault of the grader while comparing
+    costs this section, never the report: it is logged (:mod:`autograder.faults`), and the section says so."""
     try:
         written = write_similarity(course, assignment)
     except GradingError as error:
         return {"missing": f"Answers were not compared: {error}"}
+    except Exception as error:  # noqa: BLE001 - the grader's own fault costs this section, not the class's report
+        return {"missing": log_fault(course.reports(assignment), assignment, "comparing the class's answers", error,
+                                     "the report was written without them. Compare the answers by hand")}
     if written is None:
         return {"missing": f"Answers were not compared: no submission of {assignment} in submitted/."}
     result = written.result
@@ -205,7 +210,7 @@ def write_lms_csv(path: Path, results: list[SubmissionResult], marked: dict[str,
     ``autograder grade``, is the long shape of the automatic grades: a row per student and item.)"""
     order = item_order(results)
     written = [hand.grade_id for hand in next(iter(marked.values()), Marking()).written]
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", **STORABLE) as f:
         writer = csv.writer(f)
         writer.writerow(["student", "total", "max_total", "waiting", *order, *written])
         for result in results:
@@ -255,7 +260,7 @@ def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
     html = folder / "report.html"
     newest = max(path.stat().st_mtime for path in folder.glob("*.json"))
     html.write_text(render(assignment, results, time.strftime("%Y-%m-%d %H:%M", time.localtime(newest)), marked,
-                           similarity_section(course, assignment)))
+                           similarity_section(course, assignment)), **STORABLE)
     gradescope = folder / "gradescope"
     for result in results:
         path = gradescope / result.student / "results.json"

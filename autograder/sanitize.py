@@ -17,6 +17,10 @@ from mistune import HTMLRenderer
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
 URL_SCHEMES = {"http", "https", "mailto"}
+STORABLE = {"encoding": "utf-8", "errors": "backslashreplace"}
+"""How pages, spreadsheets and logs made of student text are written: as UTF-8, with a backslash escape for a
+character no file can hold (a student id is a folder's name, whose bytes Python reads as lone surrogates where
+they are not UTF-8), so that such a name costs a character of the class's page, not the page."""
 
 
 class _Renderer(IPythonRenderer):

@@ -27,12 +27,14 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from autograder.cells import answer_cells, grade_ids
 from autograder.course import Course, load_items
 from autograder.errors import GradingError
+from autograder.faults import costs_one
 from autograder.fingerprints import Fingerprint, fingerprint
 from autograder.grading import find_notebook
 from autograder.notebook_data import read_notebook
@@ -47,6 +49,8 @@ about three lines, where every correct answer looks alike."""
 ALIKE = 0.5
 """Share of a typical answer that is common code from which a cell's answers are mostly alike."""
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+NOT_COMPARED = "its answers were not compared. Compare them by hand"
+"""What similarity does instead of comparing a notebook on which the grader faults, as its note says."""
 MAX_ANSWER = 50_000
 """The most characters of an answer cell that are compared: ten times the longest answer of the course,
 and about a second of fingerprinting (a 400,000-character cell takes twenty)."""
@@ -130,12 +134,11 @@ def compare_class(course: Course, assignment: str, threshold: float | None = Non
     carried = _items_by_cell(course, assignment, notes)
     public = _public_answers(course, assignment, {cell for cells in starters.values() for cell in cells}, notes)
     result.public_files = sum(len(files) for files in public.values())
-    submitted = {student: _submitted_answers(course, assignment, student, list(starters), notes)
-                 for student in students}
+    submitted = {student: _submitted_answers(course, assignment, student, starters, notes) for student in students}
     for notebook, cells in starters.items():
         reference = _reference_answers(course, assignment, notebook, notes)
         for cell, starter in cells.items():
-            answers = [Answer(student, CLASSMATE, fingerprint(answered[notebook][cell], starter))
+            answers = [Answer(student, CLASSMATE, answered[notebook][cell])
                        for student, answered in submitted.items() if cell in answered.get(notebook, {})]
             others = [Answer(REFERENCE, REFERENCE, fingerprint(reference[cell], starter))] if cell in reference else []
             others += [Answer(name, PUBLIC, fingerprint(text, starter)) for name, text in public.get(cell, [])]
@@ -234,28 +237,39 @@ def _items_by_cell(course: Course, assignment: str, notes: list[str]) -> dict[st
     return carried
 
 
-def _submitted_answers(course: Course, assignment: str, student: str, notebooks: list[str],
-                       notes: list[str]) -> dict[str, dict[str, str]]:
-    """A student's answer cells, notebook -> grade_id -> source; a notebook that is missing or cannot
-    be read, or an answer longer than :data:`MAX_ANSWER`, is left out, with a note."""
+def _submitted_answers(course: Course, assignment: str, student: str, starters: dict[str, dict[str, str]],
+                       notes: list[str]) -> dict[str, dict[str, Fingerprint]]:
+    """The fingerprints of a student's code answer cells, notebook -> grade_id -> fingerprint (``starters``:
+    the release's code answer cells of each notebook); a notebook that is missing or cannot be read, or on
+    which the grader faults, is left out, with a note."""
     folder = course.submission_folder(assignment, student)
     found = {}
-    for notebook in notebooks:
-        path = find_notebook(folder, notebook, set(notebooks), [])  # as grading finds it, renamed or not
+    for notebook, starter in starters.items():
+        path = find_notebook(folder, notebook, set(starters), [])  # as grading finds it, renamed or not
         if path is None:
             notes.append(f"{student}: the submission has no {notebook}.ipynb; nothing of it was compared.")
             continue
-        data, problem = read_notebook(path)
-        if problem:
-            notes.append(f"{student}: {path.name} was not compared. {problem}")
+        with costs_one(course.reports(assignment), student, f"comparing {path.name}", NOT_COMPARED, notes):
+            found[notebook] = _answer_fingerprints(path, student, starter, notes)
+    return found
+
+
+def _answer_fingerprints(path: Path, student: str, starter: dict[str, str], notes: list[str]) -> dict[str, Fingerprint]:
+    """The fingerprint of each code answer cell of the notebook at ``path``; an answer longer than
+    :data:`MAX_ANSWER` is left out, with a note, and so is the notebook where it cannot be read."""
+    data, problem = read_notebook(path)
+    if problem:
+        notes.append(f"{student}: {path.name} was not compared. {problem}")
+        return {}
+    found = {}
+    for cell, source in answer_cells(data["cells"]):
+        if cell not in starter:
+            continue
+        if len(source) > MAX_ANSWER:
+            notes.append(f"{student}: the answer {cell} holds {len(source):,} characters, more than {MAX_ANSWER:,}; "
+                         f"it was not compared.")
         else:
-            found[notebook] = {}
-            for cell, source in answer_cells(data["cells"]):
-                if len(source) > MAX_ANSWER:
-                    notes.append(f"{student}: the answer {cell} holds {len(source):,} characters, more than "
-                                 f"{MAX_ANSWER:,}; it was not compared.")
-                else:
-                    found[notebook][cell] = source
+            found[cell] = fingerprint(source, starter[cell])
     return found
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from autograder.course import Course
 from autograder.feedback import PAGES
 from autograder.fingerprints import K, matching_regions
-from autograder.sanitize import spreadsheet_safe
+from autograder.sanitize import STORABLE, spreadsheet_safe
 from autograder.similarity import (CLASSMATE, MIN_COMMON, PUBLIC, REFERENCE, SHORT, CellSimilarity, ClassSimilarity,
                                    Pair, compare_class)
 
@@ -53,7 +53,7 @@ def write_similarity(course: Course, assignment: str, threshold: float | None = 
     folder = course.reports(assignment)
     folder.mkdir(parents=True, exist_ok=True)
     page = folder / "similarity.html"
-    page.write_text(render(result))
+    page.write_text(render(result), **STORABLE)
     return SimilarityFiles(result, page, write_csv(folder / "similarity.csv", result))
 
 
@@ -91,7 +91,7 @@ def write_csv(path: Path, result: ClassSimilarity) -> Path:
     """A row per student: how many of their answers are similar to another at or above the threshold,
     then for each answer cell the most similar other answer, its similarity (0 to 1), and why that is
     weak evidence where it is. A cell the student left blank stays empty."""
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", **STORABLE) as f:
         writer = csv.writer(f)
         writer.writerow(["student", "answers_at_or_above_threshold",
                          *(f"{c.cell}_{part}" for c in result.cells for part in ("similarity", "with", "weak_evidence"))])
