@@ -68,23 +68,18 @@ KERNEL_MEMORY_SLACK = 64 * 2**20
 
 
 def hostile_class() -> dict:
-    """Each attacker, then two correct victims (the first prints two thousand debug lines)."""
+    """Each attacker, then two correct victims (the first prints two thousand debug lines). The
+    output-pipe attack comes before the last answer, after the attacker's own prints (a non-blocking
+    pipe of a few kibibytes fails them, or not, as its reader keeps up), and before the last probe
+    (the grader runs no cell after it)."""
     good = solution()
     chatty = add_cell(good, CHATTY, "softmax_stable")
     found = {}
     for attacker, source in ATTACKS.items():
-        found[attacker] = add_cell(good, source, "softmax_stable") if source != OUTPUT_PIPE else after_last(good, source)
+        found[attacker] = add_cell(good, source, "multihead_attention" if source == OUTPUT_PIPE else "softmax_stable")
         found[attacker[0] + "_victim_chatty"] = chatty
         found[attacker[0] + "_victim_quiet"] = good
     return {student: nbformat.from_dict(notebook) for student, notebook in found.items()}
-
-
-def after_last(notebook: dict, source: str) -> dict:
-    """``notebook`` with a last cell of ``source``: an attack on the output that leaves the attacker's
-    own prints alone (a non-blocking pipe of a few kibibytes fails them, or not, as the reader keeps up)."""
-    cell = {"cell_type": "code", "id": "added-last", "metadata": {}, "source": source, "outputs": [],
-            "execution_count": None}
-    return {**notebook, "cells": notebook["cells"] + [cell]}
 
 
 def kernel_memory() -> int:
