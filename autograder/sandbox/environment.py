@@ -132,22 +132,29 @@ def prepared() -> list[tuple[str, str]]:
     root = os.path.join(sys.prefix, ".sandbox")
     built = os.path.join(root, _key(parts))
     if not os.path.isdir(built):
+        if not os.access(root if os.path.isdir(root) else sys.prefix, os.W_OK):
+            raise PermissionError(f"The sandbox's copy of the grader's environment ({built}) is missing, and this "
+                                  f"user may not make it. Make it once as the environment's owner: {sys.executable} "
+                                  f"-c 'from autograder.sandbox.environment import prepared; prepared()'")
         _build(parts, root, built)
     return [(os.path.join(built, os.path.basename(part.fixed)), part.fixed) for part in parts]
 
 
 def _key(parts: list[_Part]) -> str:
-    """Names the copy of the environment as it is now: what is copied, this module, and the
-    folders that a ``pip install`` changes, with the interpreter."""
+    """Names the copy of the environment as it is now: what is copied, this module, the interpreter,
+    ``pyvenv.cfg``, and what is installed (the names of the installed packages' folders, which
+    carry their versions: a ``pip install`` changes them). Nothing of a folder's own stat: a container
+    image's layers give folders other inodes, sizes and times than they had when the image was
+    built, and the copy built into the image must still be the one its runs find."""
     digest = hashlib.sha256(repr((_BUILDER, sys.version, parts)).encode())
-    watched = {os.path.realpath(sys.executable), *(os.path.join(sys.prefix, name) for name in ("pyvenv.cfg", "bin")),
-               *(sysconfig.get_path(name) for name in ("purelib", "platlib", "stdlib"))}
-    for path in sorted(watched):
+    for path in (os.path.realpath(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")):
         try:
-            stat = os.stat(path)
-            digest.update(f"{path} {stat.st_ino} {stat.st_mtime_ns} {stat.st_size}\n".encode())
+            digest.update(f"{path} {os.stat(path).st_size}\n".encode() + Path(path).read_bytes()[:4096])
         except FileNotFoundError:
             digest.update(f"{path} missing\n".encode())
+    for folder in sorted({sysconfig.get_path(name) for name in ("purelib", "platlib")}):
+        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        digest.update(f"{folder} {names}\n".encode())
     return digest.hexdigest()[:20]
 
 
