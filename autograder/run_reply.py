@@ -16,6 +16,7 @@ from autograder import sandbox
 from transformer_lm import sandboxed
 
 MAX_RECORD_BYTES = 16 * 2**20
+SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 VOCABULARY = frozenset(word for name in sandboxed.PROBE_MODULES
                        for word in WORD.findall((Path(sandboxed.__file__).parent / f"{name}.py").read_text()))
@@ -58,7 +59,7 @@ def death(reply: sandbox.Reply, watchdog_fired: bool, cell_seconds: float, memor
     if code is None:
         return "killed", "The process was killed, and the grading process with it."
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        name = SIGNAL_NAMES.get(-code, str(-code))  # a real-time signal (34 to 64) has no name of its own
         why = {"SIGSEGV": "a segmentation fault", "SIGKILL": "out of memory or killed",
                "SIGABRT": "an abort"}.get(name, f"signal {name}")
         return "killed", f"The process was killed ({why})."

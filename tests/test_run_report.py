@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import os
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from autograder import journal
 from autograder.harness import report
 from autograder.harness.serve import Gate
+from autograder.run_reply import death
+from autograder.sandbox import Reply
 
 PLAN = {"skip_cells": [], "skip_probes": [], "cells": [{"index": 0, "probes": ["own.0"]}], "stages": [["late.0"]]}
 
@@ -69,7 +74,7 @@ def gate(tmp_path):
     return Gate(str(path), write), read
 
 
-def given(read: int) -> bytes:
+def code_given(read: int) -> bytes:
     try:
         return os.read(read, 1 << 16)
     except BlockingIOError:
@@ -82,9 +87,9 @@ def test_the_course_code_comes_only_after_the_own_probes_ended_in_order(tmp_path
                   {"event": "probe_start", "probe": "own.0"}, {"event": "ran", "name": "x"},
                   {"event": "probe_end", "probe": "own.0"}, {"event": "probe_start", "probe": "own.1"}):
         the_gate.seen(event)
-    assert given(read) == b""
+    assert code_given(read) == b""
     the_gate.seen({"event": "probe_end", "probe": "own.1"})
-    assert b"CODE" in given(read)
+    assert b"CODE" in code_given(read)
 
 
 def test_forged_probe_ends_bring_the_course_code_no_sooner(tmp_path):
@@ -96,4 +101,14 @@ def test_forged_probe_ends_bring_the_course_code_no_sooner(tmp_path):
         the_gate, read = gate(tmp_path)
         for event in forged:
             the_gate.seen(event)
-        assert given(read) == b"", forged
+        assert code_given(read) == b"", forged
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@example(status=40)  # os.kill(os.getpid(), 40): a real-time signal, which Python's Signals does not name
+@given(status=st.integers(min_value=0, max_value=2**16 - 1))
+def test_every_exit_and_signal_gives_a_reason(status):
+    """Whatever status a run's reply carries, known or not, the death has a status and a reason."""
+    reply = Reply(f"{status} last", "", False, False)
+    state, why = death(reply, False, 10, 2**30)
+    assert state in ("killed", "error") and why.startswith("The process "), (status, why)
