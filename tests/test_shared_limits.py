@@ -135,7 +135,13 @@ def test_every_victim_keeps_full_marks(graded, workers):
 
 
 def test_the_grades_are_the_same_with_one_worker_and_two(graded):
-    assert grades(graded[1][0]) == grades(graded[2][0]), json.dumps([grades(graded[1][0]), grades(graded[2][0])])
+    """Every student's, but the output-pipe attacker's: a run that makes its own output non-blocking
+    fails its own later writes, or not, as the server keeps up with the pipe (its last item passed
+    with one worker and erred with two in one run of ``make test``). That is its own doing; what the
+    issue asks is that it reaches no one else."""
+    one, two = ({student: items for student, items in grades(graded[workers][0]).items() if student != "a_output_pipe"}
+                for workers in (1, 2))
+    assert one == two, json.dumps([one, two])
 
 
 @pytest.mark.parametrize("workers", [1, 2])
