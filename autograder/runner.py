@@ -168,10 +168,10 @@ class Worker:
         limits = sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
                                 file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes)
         argv = ["python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
-                paths["out"], "--wipe", paths["out"], "--memory", str(settings.memory_bytes)]
+                paths["out"], "--wipe", paths["out"], "--memory", str(settings.memory_bytes),
+                "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes)]
         if self.sandboxed:
-            argv += ["--isolated", "--scratch", paths["scratch"], "--scratch", "/tmp", "--scratch", "/dev/shm",
-                     "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes)]
+            argv += ["--isolated", "--scratch", paths["scratch"], "--scratch", "/tmp", "--scratch", "/dev/shm"]
         return sandbox.Session(
             argv,
             readonly={self._host[name]: MOUNTS[name] for name in ("in", "lib")},

@@ -67,7 +67,7 @@ KERNEL_MEMORY_SLACK = 64 * 2**20
 """The issue's bound on the host's kernel memory, above where it was before the class."""
 
 
-def hostile_class() -> dict:
+def limits_class() -> dict:
     """Each attacker, then two correct victims (the first prints two thousand debug lines). The
     output-pipe attack comes before the last answer, after the attacker's own prints (a non-blocking
     pipe of a few kibibytes fails them, or not, as its reader keeps up), and before the last probe
@@ -115,7 +115,7 @@ def graded(tmp_path_factory):
     for workers in (1, 2):
         before, peak = kernel_memory(), Peak()
         peak.start()
-        reports = tools.grade_class(A, tmp_path_factory.mktemp(f"workers{workers}"), hostile_class(),
+        reports = tools.grade_class(A, tmp_path_factory.mktemp(f"workers{workers}"), limits_class(),
                                     cell_timeout=20, workers=workers)
         peak.done.set()
         peak.join()

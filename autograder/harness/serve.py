@@ -1,7 +1,7 @@
 """The warm server: one sandbox, many runs, none of which can reach another.
 
     python -m harness.serve PLAN.json INPUTS.safetensors OUT_DIR [--isolated] [--wipe DIR ...]
-                            [--scratch DIR ...] [--scratch-bytes BYTES] [--scratch-inodes COUNT]
+                            [--scratch DIR ...] --scratch-bytes BYTES --scratch-inodes COUNT
                             [--memory BYTES]
 
 It imports what notebooks use once, then for each ``run TOKEN`` line on its standard input
@@ -17,8 +17,8 @@ in the runs' pid namespace). The token of a run stays here: the journal's first 
 the run, is the server's. Before each run it empties its own folders named by ``--wipe``. With
 ``--isolated``, each run gets an empty tmpfs of its own at each ``--scratch`` folder, bounded in
 size and in files, which dies with the run (:class:`harness.isolate.Scratch`): nothing a run wrote
-is left for the server to wipe in the next run's time. After each run, with ``--isolated`` (only in a private pid namespace), it kills every other
-process, removes System V IPC objects, clears the user keyrings and checks its own state (its
+is left for the server to wipe in the next run's time. After each run, with ``--isolated`` (only
+in a private pid namespace), it kills every other process, removes System V IPC objects, clears the user keyrings and checks its own state (its
 limits, priority, CPU set and the flags and sizes of its standard descriptors); if any of that
 fails, it serves no further run. Without ``--isolated`` it serves one run. A run's standard output
 and error are a pipe of its own, which the server reads and passes on to its own output: what a
@@ -216,8 +216,8 @@ def _follow(helper: int, collector: report.Collector, gate: Gate, output_r: int,
     pidfd = os.pidfd_open(helper)
     reading, output, passed, helper_status, next_check = True, True, [0], None, time.monotonic()
     while reading or helper_status is None:
-        ready, writable, _ = select.select([pidfd] + ([collector.fd] if reading else []) + ([output_r] if output else []),
-                                           [gate.fd] if gate.pending else [], [], CHECK_SECONDS)
+        readers = [pidfd] + ([collector.fd] if reading else []) + ([output_r] if output else [])
+        ready, writable, _ = select.select(readers, [gate.fd] if gate.pending else [], [], CHECK_SECONDS)
         if writable:
             gate.flush()
         if collector.fd in ready:
@@ -289,8 +289,8 @@ def main() -> None:
     parser.add_argument("--wipe", action="append", default=[], help="a folder of the server's to empty before each run")
     parser.add_argument("--scratch", action="append", default=[],
                         help="with --isolated, a folder where each run gets an empty tmpfs of its own")
-    parser.add_argument("--scratch-bytes", type=int, default=256 * 2**20, help="the size of each run's tmpfs")
-    parser.add_argument("--scratch-inodes", type=int, default=4096, help="the files and folders each run's tmpfs holds")
+    parser.add_argument("--scratch-bytes", type=int, required=True, help="the size of each run's tmpfs")
+    parser.add_argument("--scratch-inodes", type=int, required=True, help="the files and folders each run's tmpfs holds")
     parser.add_argument("--memory", type=int, default=4 * 2**30, help="bytes a run's processes may hold together")
     args = parser.parse_args()
     scratch = isolate.Scratch(tuple(args.scratch), args.scratch_bytes, args.scratch_inodes)
