@@ -18,11 +18,22 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from autograder.harness.refusals import REFUSED
+
 MAX_JOURNAL_BYTES = 4 * 2**20
 MAX_STACKS = 20
 """Distinct cell stacks kept per name a probe ran: enough to tell who called it."""
 COURSE_CODE = -1
 """What a note records for a frame of the course's code (its cell is the course's)."""
+EVENTS = frozenset({"ready", "cell_start", "cell_end", "probe_start", "probe_end", "ran", "refused", "tampered",
+                    "garbled", "done"})
+"""The events the harness and the server write: any other name in a journal is the run's own, and
+no text is made of it (a name is the run's to choose, and could carry a hidden input out)."""
+
+
+class Garbled(str):
+    """The reader's own note that a journal cannot be read on, with why: a ``garbled`` event the run
+    wrote itself is a string from JSON, never one of these, so its words are never taken."""
 
 
 def parse(data: bytes) -> list[dict]:
@@ -35,7 +46,7 @@ def parse(data: bytes) -> list[dict]:
     events = []
     if len(data) > MAX_JOURNAL_BYTES:
         return [*parse(data[:data.rfind(b"\n", 0, MAX_JOURNAL_BYTES) + 1]),
-                {"event": "garbled", "why": f"the run reported more than {MAX_JOURNAL_BYTES // 2**20} MiB"}]
+                {"event": Garbled(f"the run reported more than {MAX_JOURNAL_BYTES // 2**20} MiB")}]
     whole = data[:data.rfind(b"\n") + 1].decode("utf-8", "replace")
     for number, line in enumerate(whole.split("\n")[:-1], 1):
         try:
@@ -43,7 +54,7 @@ def parse(data: bytes) -> list[dict]:
         except (ValueError, RecursionError):
             event = None
         if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-            return [*events, {"event": "garbled", "why": f"line {number} of the run's journal cannot be read"}]
+            return [*events, {"event": Garbled(f"line {number} of the run's journal cannot be read")}]
         events.append(event)
     return events
 
@@ -81,7 +92,11 @@ class Reading:
     """Which cell (plan index) ran under each IPython execution count."""
     done: bool = False
     tampered: str = ""
-    """Why the journal cannot be believed, when it cannot."""
+    """Why the journal cannot be believed, when it cannot, in the grader's own words (for the
+    instructor's flag: the run chose none of them)."""
+    guard: bool = False
+    """Whether it was the run's guard that reported tampering (the run's own code changed what the
+    grader relies on), rather than a journal that broke the plan."""
     refused: list[str] = field(default_factory=list)
     """What the run's code tried and the sandbox refused (audit events: ``os.fork``, ``mmap.__new__``)."""
 
@@ -102,12 +117,19 @@ def read(events: list[dict], plan: dict) -> Reading:
     for event in events:
         name = event["event"]
         reading.last_time = event["time"] if isinstance(event.get("time"), float) else reading.last_time
+        if isinstance(name, Garbled):
+            reading.tampered = str(name)
+            return reading
         if name in ("tampered", "garbled"):
-            reading.tampered = str(event.get("what") or event.get("why") or name)[:300]
+            reading.tampered = "the run's guard reported that its code changed what the grader relies on" if \
+                name == "tampered" else "the run wrote a note that only the grader writes"
+            reading.guard = name == "tampered"
             return reading
         if name == "refused":
             if len(reading.refused) < MAX_REFUSED:
-                reading.refused.append(str(event.get("what"))[:60])
+                what = event.get("what")
+                reading.refused.append(what if isinstance(what, str) and what in REFUSED else "an operation a grading run "
+                                       "may not make")
             continue
         step = reading.open_step
         if step is None:
@@ -117,7 +139,7 @@ def read(events: list[dict], plan: dict) -> Reading:
                 continue
             start = kinds[following[0]][0] if following else None
             if following is None or name != start or event.get(kinds[following[0]][2]) != following[1]:
-                reading.tampered = f"the run reported {name} where the plan runs {following or 'nothing more'}"
+                reading.tampered = f"the run reported {_named(name)} where the plan runs {following or 'nothing more'}"
                 return reading
             reading.open_step, reading.step_started = following, reading.last_time
             if name == "cell_start" and isinstance(event.get("count"), int):
@@ -130,9 +152,14 @@ def read(events: list[dict], plan: dict) -> Reading:
             reading.ended.append((step, event))
             reading.open_step = None
         else:
-            reading.tampered = f"the run reported {name} while {step[0]} {step[1]} ran"
+            reading.tampered = f"the run reported {_named(name)} while {step[0]} {step[1]} ran"
             return reading
     return reading
+
+
+def _named(name: str) -> str:
+    """An event's name, as a text may give it: only the harness's own names are spelled out."""
+    return name if name in EVENTS else "an event the harness never writes"
 
 
 def _note(ran: dict[str, list[tuple[int, ...]]], event: dict, counts: dict[int, int]) -> None:

@@ -12,7 +12,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load
 
-from autograder import sandbox
+from autograder import journal, sandbox
+from autograder.harness.guard import TAMPERED_EXIT
+from autograder.harness.report import RUN_LOST_ITS_REPORT
+from autograder.messages import TAMPERING
 from transformer_lm import sandboxed
 
 MAX_RECORD_BYTES = 16 * 2**20
@@ -72,3 +75,17 @@ def exit_code(reply: sandbox.Reply) -> int | None:
         return os.waitstatus_to_exitcode(int((reply.text or "").split()[0]))
     except (ValueError, IndexError):
         return None
+
+
+def ending(reading: journal.Reading, reply: sandbox.Reply, fired: bool, cell_seconds: float,
+           memory_bytes: int) -> tuple[str, str, str]:
+    """The status and text of a run that did not finish cleanly (under its limits of time, a
+    cell's, and memory), and, where it was stopped as tampered, the instructor's words for why:
+    both made by the grader alone, never of the run's words (:mod:`autograder.messages`)."""
+    code = exit_code(reply)
+    if not (reading.tampered or code in (TAMPERED_EXIT, RUN_LOST_ITS_REPORT)):
+        return (*death(reply, fired, cell_seconds, memory_bytes), "")
+    plan, changed, lost = TAMPERING
+    why = changed if reading.guard or (code == TAMPERED_EXIT and not reading.tampered) else \
+        lost if code == RUN_LOST_ITS_REPORT and not reading.tampered else plan
+    return "tampered", f"The grader stopped the run: {why}.", reading.tampered or why

@@ -24,11 +24,9 @@ from safetensors.torch import save_file
 
 import transformer_lm
 from autograder import journal, sandbox
-from autograder.harness.guard import TAMPERED_EXIT
-from autograder.harness.report import RUN_LOST_ITS_REPORT
 from autograder.preflight import Preflight
 from autograder.run_plan import plan_of
-from autograder.run_reply import death, exit_code, load_record, public_text
+from autograder.run_reply import ending, exit_code, load_record, public_text
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
 
@@ -306,18 +304,12 @@ class _Attempts:
         self.result.output += reply.output
         reading = journal.read(self.worker.events(read), self.plan)
         self.result.refused += reading.refused
-        code = exit_code(reply)
-        if reading.done and code == 0 and not reading.tampered:
+        if reading.done and exit_code(reply) == 0 and not reading.tampered:
             self._record(reading, read)
             return False
-        if reading.tampered or code in (TAMPERED_EXIT, RUN_LOST_ITS_REPORT):
-            why = reading.tampered or ("the run's own code tried to change how it is checked" if code == TAMPERED_EXIT
-                                       else "the run's own code closed or replaced the grader's report channel")
-            self.result.tampering.append(why)
-            status, message = "tampered", f"The grader stopped the run: {why}."
-        else:
-            limits = self.worker.settings
-            status, message = death(reply, bool(fired), limits.cell_seconds, limits.memory_bytes)
+        limits = self.worker.settings
+        status, message, tampering = ending(reading, reply, bool(fired), limits.cell_seconds, limits.memory_bytes)
+        self.result.tampering += [tampering] if tampering else []
         return self._blame(reading.last_step, status, message)
 
     def stages(self) -> dict:

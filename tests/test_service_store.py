@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sqlite3
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -19,7 +20,14 @@ from autograder.errors import GradingError
 from autograder.service import supervisor
 from autograder.service.intake import MAX_FILENAME, body_limit, read_post, read_sent
 from autograder.service.policy import Policies, Policy
-from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store, TooManyRefused, fair_order
+from autograder.service.schema import SCHEMA
+from autograder.service.store import (
+    KEPT_UNCOUNTED,
+    UNCOUNTED_ROW_BYTES,
+    Store,
+    TooManyRefused,
+    fair_order,
+)
 
 OPEN = Policy(open=True, per_hour=3, in_all=5)
 NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
@@ -55,6 +63,52 @@ def test_requests_the_service_could_not_answer_cost_nothing(tmp_path):
     assert "waited more than 0.0166667 minutes" in store.of_user("alice")[0].message
     assert "not counted against your checks" in store.of_user("alice")[0].message
     assert submit(store, "alice", now=start + 11).state == "queued"
+
+
+def test_a_request_the_grader_began_costs_a_check_when_it_then_waits_too_long(tmp_path):
+    """A notebook that kills its worker goes back to the queue; were it then to expire, the check
+    would cost nothing (and each try would restart a sandbox for free). Before the fix it expired."""
+    store, one = Store(tmp_path / "q.db"), Policy(open=True, per_hour=1, in_all=1)
+    request = submit(store, "alice", policy=one)
+    store.claim("w1")
+    store.give_back({"w1"}, 3)
+    [late] = store.expire(lambda assignment: 60.0, now=time.time() + 61)
+    assert (late.id, late.attempts, late.content) == (request.id, 1, NB)  # for the supervisor to keep
+    failed = store._select("id = ?", (request.id,), content=True)[0]
+    assert failed.state == "failed" and "began this check 1 time(s) without finishing" in failed.message
+    assert "counts as one of your checks" in failed.message and failed.content == NB
+    assert store.usage("alice", A, time.time())[:2] == (1, 1)
+    assert submit(store, "alice", policy=one).message == "You have used all 1 checks of this assignment."
+
+
+def test_expiry_counts_only_the_time_a_request_waited_in_the_queue(tmp_path):
+    """A request that was graded for long (a worker that then died) is not late for that time:
+    its 5 s in the queue, then 10 s after it came back, are within a minute. Before the fix it was
+    measured from when it was sent, 1,000 s before, and expired."""
+    store = Store(tmp_path / "q.db")
+    sent = time.time() - 1000
+    request = submit(store, "alice", now=sent)
+    store.claim("w1", now=sent + 5)
+    store.give_back({"w1"}, 3)
+    assert store.expire(lambda assignment: 60.0, now=time.time() + 10) == []
+    back = store.get(request.id)
+    assert back.state == "queued" and 14 < back.time_queued(time.time() + 10) < 16
+    assert store.claim("w2").id == request.id
+
+
+def test_a_store_file_of_the_former_version_gains_the_queue_times(tmp_path):
+    """A course that updates keeps its queue: the new columns are added, and a waiting request's time
+    in the queue counts from when it was sent."""
+    old = sqlite3.connect(tmp_path / "q.db")
+    old.executescript(SCHEMA.replace(",\n    queued_since REAL,\n    queued_wait REAL NOT NULL DEFAULT 0", ""))
+    old.execute("INSERT INTO requests (id, user, assignment, filename, submitted, state) "
+                "VALUES ('r1', 'alice', ?, 'a.ipynb', ?, 'queued')", (A, time.time() - 120))
+    old.commit()
+    assert "queued_since" not in {row[1] for row in old.execute("PRAGMA table_info(requests)")}
+    old.close()
+    store = Store(tmp_path / "q.db")
+    assert [r.id for r in store.expire(lambda assignment: 60.0)] == ["r1"]
+    assert store.get("r1").state == "expired"
 
 
 def _submit_many(path, user, count, results):

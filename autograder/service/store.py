@@ -5,12 +5,17 @@ claims it, so a service that restarts finds its waiting requests where they were
 
 - ``queued``: waiting for a worker; ``running``: a worker (``worker``) is grading it;
 - ``done``: graded, ``result`` holds the items; ``refused``: not taken (limit, closed, bad notebook);
-- ``expired``: waited longer than its assignment allows; ``failed``: the grader failed on it ``max_attempts`` times.
+- ``expired``: waited in the queue longer than its assignment allows; ``failed``: the grader failed on it
+  ``max_attempts`` times, or failed on it and it then waited too long.
 
 ``queued``, ``running``, ``done`` and ``failed`` requests count against a student's limits: a
 notebook that makes the grader fail costs a check, so that it cannot keep the workers busy
 without end. Refused and expired ones cost no check (an expired one is the service's fault), but
-refusals have a limit of their own (``max_refused`` in the last hour): past it a request is
+only a request the grader never began can expire: one given back after a try that did not finish
+ends as ``failed`` when it waits too long, since a notebook that kills its worker would otherwise
+cost nothing (and each try restarts a sandbox). Expiry counts the time spent in the queue only
+(``queued_wait``, and the time since ``queued_since``), never the time a worker spent on it.
+Refusals have a limit of their own (``max_refused`` in the last hour): past it a request is
 answered with :class:`TooManyRefused` and nothing is stored.
 
 How large the file grows, per student. Every text a student chooses is cut short (a file name to
@@ -28,7 +33,8 @@ rows take at most:
 - notebooks waiting: at most ``max_waiting``, of at most ``max_notebook_mb`` each.
 
 Pages freed by deleted rows and dropped notebooks are used again, so the file grows by these
-bounds, not by what a student sends; the write-ahead log is cut back to :data:`WAL_BYTES`.
+bounds, not by what a student sends; the write-ahead log is cut back to
+:data:`autograder.service.schema.WAL_BYTES`.
 
 Fairness (start-time fair queuing): each request gets a round when it comes. A student with
 nothing waiting joins the round being served now; their next request goes one round after their
@@ -45,11 +51,12 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from autograder.service import schema
 
 COUNTED = ("queued", "running", "done", "failed")
 WAITING = ("queued", "running")
@@ -62,43 +69,18 @@ MAX_ITEM_TEXT = 1000
 """Characters kept of each text of a result's item (a message may quote what a student's code raised)."""
 MAX_NOTES = 20
 """A result's notes kept (preflight's repairs and flags), each cut to MAX_MESSAGE characters."""
-ITEM_FIELDS = ("grade_id", "status", "score", "max_score", "message", "mistake", "hint", "deduction")
+ITEM_FIELDS = ("grade_id", "status", "score", "max_score", "message", "public", "mistake", "hint", "deduction")
 """What the service keeps of a graded item: what :mod:`autograder.service.shown` may show, not the answer."""
 KEPT_UNCOUNTED = 50
 """Refused requests, and expired ones, kept per student; older ones are deleted."""
 UNCOUNTED_ROW_BYTES = 5 * 1024
 """The most a refused or expired request takes in the file, indexes and page slack included (measured
 by tests/test_service_store.py)."""
-WAL_BYTES = 4 * 2**20
-"""The size the write-ahead log is cut back to after a checkpoint."""
+FAILED_COUNTS = ("It counts as one of your checks, so that such a notebook cannot keep the graders busy. Your "
+                 "instructor has the notebook and the log of what went wrong: tell them the address of this page. "
+                 "Meanwhile, use the visible checks.")
+"""The end of a failed request's message: why it costs a check, and what to do."""
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS requests (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    user TEXT NOT NULL,
-    assignment TEXT NOT NULL,
-    filename TEXT NOT NULL,
-    notebook TEXT NOT NULL DEFAULT '',
-    size INTEGER NOT NULL DEFAULT 0,
-    submitted REAL NOT NULL,
-    started REAL,
-    finished REAL,
-    state TEXT NOT NULL,
-    round INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    worker TEXT,
-    score REAL,
-    max_score REAL,
-    result TEXT,
-    message TEXT NOT NULL DEFAULT '',
-    content BLOB
-);
-CREATE INDEX IF NOT EXISTS requests_by_state ON requests (state, round, seq);
-CREATE TABLE IF NOT EXISTS served (id INTEGER PRIMARY KEY CHECK (id = 0), round INTEGER NOT NULL);
-INSERT OR IGNORE INTO served VALUES (0, 0);
-CREATE INDEX IF NOT EXISTS requests_by_user ON requests (user, assignment, submitted);
-"""
 
 
 @dataclass
@@ -123,11 +105,17 @@ class Request:
     max_score: float | None
     result: str | None
     message: str
+    queued_since: float | None  # when it last went (back) into the queue; None once taken out
+    queued_wait: float          # seconds it waited in the queue before that
     content: bytes | None = None
 
     @property
     def items(self) -> list[dict]:
         return json.loads(self.result)["items"] if self.result else []
+
+    def time_queued(self, now: float) -> float:
+        """Seconds it has spent in the queue, in all its turns there, up to ``now``."""
+        return self.queued_wait + (max(0.0, now - self.queued_since) if self.queued_since is not None else 0.0)
 
     @property
     def waited(self) -> float | None:
@@ -174,11 +162,7 @@ class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        self.db.execute(f"PRAGMA journal_size_limit={WAL_BYTES}")
-        self.db.executescript(SCHEMA)
+        self.db = schema.connect(self.path)
 
     def close(self) -> None:
         self.db.close()
@@ -203,10 +187,10 @@ class Store:
                 message: str, content: bytes | None, now: float) -> Request:
         request_id = secrets.token_urlsafe(12)
         self.db.execute("INSERT INTO requests (id, user, assignment, notebook, filename, size, submitted, state, "
-                        "round, message, content, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "round, message, content, finished, queued_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (request_id, user, assignment, notebook, cut(filename, MAX_FILENAME), size, now, state,
                          self._round_for(user) if state == "queued" else 0, cut(message, MAX_MESSAGE), content,
-                         None if state == "queued" else now))
+                         None if state == "queued" else now, now if state == "queued" else None))
         return self.get(request_id)
 
     def _prune(self, user: str, state: str, keep: int) -> None:
@@ -322,8 +306,9 @@ class Store:
             if not order:
                 return None
             seq = order[0].seq
-            self.db.execute("UPDATE requests SET state = 'running', worker = ?, started = ?, attempts = attempts + 1 "
-                            "WHERE seq = ?", (worker, now, seq))
+            self.db.execute("UPDATE requests SET state = 'running', worker = ?, started = ?, attempts = attempts + 1, "
+                            "queued_wait = ?, queued_since = NULL WHERE seq = ?",
+                            (worker, now, order[0].time_queued(now), seq))
             self.db.execute("UPDATE served SET round = MAX(round, ?)", (order[0].round,))
             return self._select("seq = ?", (seq,), content=True)[0]
 
@@ -350,39 +335,50 @@ class Store:
             lost = [r for r in running if workers_gone is None or r.worker in workers_gone]
             for request in lost:
                 if request.attempts >= max_attempts:
-                    self.db.execute(
-                        "UPDATE requests SET state = 'failed', worker = NULL, finished = ?, message = ? WHERE seq = ?",
-                        (time.time(), f"The grader failed {request.attempts} times on this notebook (a fault of the "
-                                      "grader, not a mistake in your answers, which it reports item by item). It "
-                                      "counts as one of your checks, so that such a notebook cannot keep the "
-                                      "graders busy. Your instructor has the notebook and the log of what went "
-                                      "wrong: tell them the address of this page. Meanwhile, use the visible checks.",
-                         request.seq))
+                    self._fail(request, time.time(), f"The grader failed {request.attempts} times on this notebook "
+                                                     f"(a fault of the grader, not a mistake in your answers, which it "
+                                                     f"reports item by item). {FAILED_COUNTS}")
                 else:
-                    self.db.execute("UPDATE requests SET state = 'queued', worker = NULL, started = NULL WHERE seq = ?",
-                                    (request.seq,))
+                    self.db.execute("UPDATE requests SET state = 'queued', worker = NULL, started = NULL, "
+                                    "queued_since = ? WHERE seq = ?", (time.time(), request.seq))
             return lost
 
     def expire(self, max_wait_seconds, now: float | None = None) -> list[Request]:
         """Answers every request that has waited in the queue longer than its assignment allows
-        (``max_wait_seconds(assignment)``) with a message that says so, and drops its notebook; they
-        cost no check, and only the latest :data:`KEPT_UNCOUNTED` of a student are kept."""
+        (``max_wait_seconds(assignment)``), counting only its time in the queue. One no worker began
+        is ``expired``: it costs no check, its notebook is dropped, and only the latest
+        :data:`KEPT_UNCOUNTED` of a student are kept. One a worker began and did not finish is
+        ``failed``, which counts, its notebook kept, as after ``max_attempts`` tries. Returns both,
+        as they were before (a failed one with its notebook, for the caller to keep)."""
         now = time.time() if now is None else now
 
         def waiting_too_long() -> list[Request]:
-            return [r for r in self._select("state = 'queued'") if now - r.submitted > max_wait_seconds(r.assignment)]
+            return [r for r in self._select("state = 'queued'") if r.time_queued(now) > max_wait_seconds(r.assignment)]
 
         if not waiting_too_long():
             return []  # asked twice a second: no write lock when no request is late
         with self.transaction():
-            late = waiting_too_long()
+            late = [self._select("seq = ?", (r.seq,), content=True)[0] if r.attempts else r for r in waiting_too_long()]
             for request in late:
-                minutes = max_wait_seconds(request.assignment) / 60
+                minutes = f"{max_wait_seconds(request.assignment) / 60:g}"
+                if request.attempts:
+                    self._fail(request, now, f"The grader began this check {request.attempts} time(s) without "
+                                             f"finishing, and it then waited more than {minutes} minutes for a free "
+                                             f"worker. {FAILED_COUNTS}")
+                    continue
                 self.db.execute(
-                    "UPDATE requests SET state = 'expired', finished = ?, message = ?, content = NULL WHERE seq = ?",
-                    (now, f"The grader was too busy: your check waited more than {minutes:g} minutes for a free "
+                    "UPDATE requests SET state = 'expired', finished = ?, message = ?, content = NULL, "
+                    "queued_wait = ?, queued_since = NULL WHERE seq = ?",
+                    (now, f"The grader was too busy: your check waited more than {minutes} minutes for a free "
                           "worker (many students are checking at once). It was not counted against your checks; "
-                          "send it again in a while, and use the visible checks meanwhile.", request.seq))
-            for user in {request.user for request in late}:
+                          "send it again in a while, and use the visible checks meanwhile.", request.time_queued(now),
+                     request.seq))
+            for user in {request.user for request in late if not request.attempts}:
                 self._prune(user, "expired", KEPT_UNCOUNTED)
             return late
+
+    def _fail(self, request: Request, now: float, message: str) -> None:
+        """Answers ``request`` as failed (it counts as a check), its notebook kept for the instructor."""
+        self.db.execute("UPDATE requests SET state = 'failed', worker = NULL, finished = ?, message = ?, "
+                        "queued_wait = ?, queued_since = NULL WHERE seq = ?",
+                        (now, message, request.time_queued(now), request.seq))

@@ -2,7 +2,8 @@
 
 Every half second: a worker that exited (killed, out of memory, a crash) is replaced and its
 request goes back to the queue (:meth:`Store.give_back`), and requests that waited longer than
-their assignment allows are answered as expired. At start, requests that a former life of the
+their assignment allows are answered as expired (or as failed, when a worker began one and did
+not finish it: :meth:`Store.expire`). At start, requests that a former life of the
 service was grading go back to the queue: its workers died with it. A request tried
 ``max_attempts`` times is answered as failed, and its notebook is kept for the instructor in
 ``.grading/check_failures/<request id>.ipynb`` (:func:`give_back`, which workers use too).
@@ -80,7 +81,12 @@ class Supervisor:
                 log.warning("Worker %s exited with status %s; starting another", name, process.returncode)
                 self._spawn(slot)
         for request in self.store.expire(lambda a: self.policies.for_assignment(a).max_wait_minutes * 60):
-            log.warning("Request %s of %s expired in the queue", request.id, request.user)
+            if request.attempts:
+                log.error("Request %s of %s (%s) waited too long in the queue after %d tries that did not finish; "
+                          "it is answered as failed and counts as a check. Its notebook is kept at %s", request.id,
+                          request.user, request.assignment, request.attempts, keep_notebook(self.root, request))
+            else:
+                log.warning("Request %s of %s expired in the queue", request.id, request.user)
 
     def stop(self) -> None:
         for _, process, _ in self.workers.values():

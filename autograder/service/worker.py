@@ -25,7 +25,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder import grading, pipeline, runner
+from autograder import grading, messages, pipeline, runner
 from autograder.assignment import Assignment
 from autograder.course import Course
 from autograder.course import checks_version
@@ -59,15 +59,18 @@ class Assignments:
 
 
 def grade_request(assignments: Assignments, request: Request, sandbox: runner.Worker) -> dict:
-    """The result of one request: its notebook's items as the feedback pages hold them, and the
-    notes preflight made (a repaired cell id, a flagged pattern)."""
+    """The result of one request: its notebook's items as the feedback pages hold them, each with
+    what a student may read of its text before the deadline (``public``: :mod:`autograder.messages`),
+    and the notes preflight made (a repaired cell id, a flagged pattern)."""
     assignment = assignments.get(request.assignment)
     with tempfile.TemporaryDirectory(prefix="check-") as folder:
         path = Path(folder) / f"{request.notebook}.ipynb"
         path.write_bytes(request.content or b"")
         items, pre = grading.grade_notebook(assignment, request.notebook, path, sandbox)
+    catalogue = messages.grammar(messages.course_names(assignment))
     return {"score": sum(i.score for i in items), "max_score": sum(i.max_score for i in items),
-            "items": [asdict(i) for i in items], "notes": list(pre.flags), "checks_version": assignment.checks_version}
+            "items": [{**asdict(i), "public": messages.public(i.status, i.message, catalogue)} for i in items],
+            "notes": list(pre.flags), "checks_version": assignment.checks_version}
 
 
 def work(root: Path, name: str) -> None:

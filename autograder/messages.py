@@ -1,0 +1,128 @@
+"""The closed catalogue of what a student is told about a hidden run before the deadline.
+
+A hidden run's process is the student's: whatever it reports about itself (an event's name, a
+probe's error text, a reason for tampering) could carry a hidden input out, word for word. So a
+result's text reaches a student only when it is one of these templates, its slots filled with
+values of their kind, checked here, on the trusted side:
+
+* ``number``: a number, as the grader writes it (``12``, ``0.5``, ``4``);
+* ``signal``: a signal's name (``SIGSEGV``, one of Python's ``signal.Signals``) or number;
+* ``names``: names of the course's own (items, answers, the library calls an item forbids), one
+  or several (``a, b and c``, ``a or b``), each in the set the caller gives;
+* ``item``: one of those names alone;
+* ``mistake``: a title of the catalogue of mistakes (:mod:`transformer_lm.catalog`).
+
+A run's death, or its stop as tampered, may be told as ``Your answer cell: `` and the text (the
+cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
+it. A text that is none of these is not shown: the student gets the status's own sentence instead, and the
+full text stays with the instructor (the feedback pages and the gradebook).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable
+
+from transformer_lm import catalog
+from transformer_lm.forbidding import forbidden_name, runtime_names
+
+NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=True)) + r"|\d{1,3}"
+
+DEATHS = (
+    "It ran for more than {seconds:number} s and was stopped (an endless loop, or far too slow).",
+    "Its processes held more than {gib:number} GiB of memory together, and it was stopped.",
+    "The process was killed, and the grading process with it.",
+    "The process was killed (a segmentation fault).",
+    "The process was killed (out of memory or killed).",
+    "The process was killed (an abort).",
+    "The process was killed (signal {name:signal}).",
+    "The process exited (code {code:number}) before finishing, e.g. by os._exit or sys.exit.",
+    "The notebook used up its total time before this check ran.",
+)
+"""How a run that did not finish ended (:func:`autograder.run_reply.death`, :mod:`autograder.runner`)."""
+
+TAMPERING = (
+    "its report did not follow the grader's plan",
+    "the run's own code tried to change how it is checked",
+    "the run's own code closed or replaced the grader's report channel",
+)
+"""Why the grader stopped a run as tampered, as a student is told it (the instructor gets the details)."""
+
+OUTCOMES = (
+    "All hidden checks passed.",
+    "All hidden checks passed, run on the course's {stand_ins:names} in place of yours, because {below:names} did "
+    "not pass and lost its points there (one mistake costs points once).",
+    "All else is right: this item fails only by the mistake charged in {item:item} ({mistake:mistake}), and one "
+    "mistake costs points once.",
+    "The answer cell was missing from the notebook.",
+    "No notebook was submitted for this part of the assignment.",
+    "The answer uses {calls:names}, the library version of what this exercise asks you to write yourself.",
+    "While it was checked, the answer ran {calls:names}, the library version of what this exercise asks you to write "
+    "yourself (the grader sees the operations that run, whatever name reached them).",
+    "While it was checked, the answer called the library version of what this exercise asks you to write yourself "
+    "({calls:names}, which is not available while the item is graded).",
+    *(f"The grader stopped the run: {why}." for why in TAMPERING),
+    *DEATHS,
+)
+"""Every whole text of an item whose status a student sees in words (passed, missing, forbidden,
+tampered, timeout, killed)."""
+
+STATUS_SENTENCES = {
+    "passed": "All hidden checks passed.",
+    "missing": "The answer cell was missing from the notebook.",
+    "forbidden": "The answer used the library version of what this exercise asks you to write yourself.",
+    "tampered": f"The grader stopped the run: {TAMPERING[0]}.",
+    "timeout": "It ran for too long and was stopped (an endless loop, or far too slow).",
+    "killed": "The process was killed.",
+}
+"""What a student is told of an item of a status whose text is not in the catalogue."""
+
+SLOT = re.compile(r"\{(\w+):(\w+)\}")
+
+
+def _names(names: Iterable[str]) -> str:
+    one = "|".join(sorted((re.escape(n) for n in set(names) if n), key=len, reverse=True)) or "(?!)"
+    return rf"(?:{one})(?:(?:, | and | or )(?:{one}))*"
+
+
+def _pattern(template: str, names: str) -> str:
+    mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
+    kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes}
+    parts, end = [], 0
+    for slot in SLOT.finditer(template):
+        parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
+        end = slot.end()
+    return "".join(parts) + re.escape(template[end:])
+
+
+def grammar(names: Iterable[str]) -> re.Pattern:
+    """The catalogue's texts, with ``names`` the course's own names (items, answers, stand-ins,
+    forbidden calls)."""
+    names = _names(names)
+    stops = "|".join(_pattern(t, names) for t in (*DEATHS, *(f"The grader stopped the run: {why}." for why in TAMPERING)))
+    whole = "|".join(_pattern(t, names) for t in OUTCOMES)
+    return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?", re.S)
+
+
+def course_names(assignment) -> set[str]:
+    """The names of an assignment (:class:`autograder.assignment.Assignment`) that a catalogue text
+    may give: its items and answers, the library calls they forbid, the course's stand-ins."""
+    items = [item for listed in assignment.items.values() for item in listed]
+    names = {name for item in items for name in (item.grade_id, item.answer_id, *map(forbidden_name, item.forbids),
+                                                 *runtime_names(item.forbids).values())}
+    return names | {name for stand_ins in assignment.stand_ins.values() for name in stand_ins}
+
+
+def conforms(text: str, pattern: re.Pattern) -> bool:
+    """Whether ``text`` is, whole, a text of the catalogue (``pattern``: :func:`grammar`)."""
+    return isinstance(text, str) and pattern.fullmatch(text) is not None
+
+
+def public(status: str, text: str, pattern: re.Pattern) -> str:
+    """What a student may read of an item of ``status`` whose text is ``text``: the text itself when
+    the catalogue holds it, else the status's own sentence (empty for a status told otherwise)."""
+    if conforms(text, pattern):
+        return text
+    return STATUS_SENTENCES.get(status, "")

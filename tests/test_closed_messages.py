@@ -1,0 +1,65 @@
+"""Every word a student reads of a hidden run before the deadline comes from the closed catalogue
+of :mod:`autograder.messages`: a run that forges its report (events of its own, a ``tampered`` or
+``garbled`` note with words of its choice, an exit by any status or signal) gets only catalogue
+text back, and no word it chose, in the item's text, the instructor's flags (which the feedback
+pages show) or what the service shows. Before the catalogue, the grader quoted a ``tampered``
+note's words and the names of the events a run wrote, 300 characters of them per check."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autograder import journal, messages
+from autograder.run_reply import ending
+from autograder.sandbox import Reply
+from autograder.service.shown import public_message
+
+PLAN = {"skip_cells": [], "skip_probes": [], "cells": [{"index": 0, "probes": ["own.0"]}, {"index": 1, "probes": []}],
+        "stages": [["late.0"]]}
+MARK = "LEAK"
+"""What the forging run spells in every text it chooses (a hidden input's shape, say)."""
+CATALOGUE = messages.grammar({"own", "late", "softmax"})
+
+chosen = st.one_of(st.just(MARK), st.text(min_size=1, max_size=20).map(lambda text: text + MARK),
+                   st.sampled_from([f"shape (3, 5, 8) {MARK}", f"SIG{MARK}", f"{MARK}Error"]))
+names = st.one_of(st.sampled_from(sorted(journal.EVENTS)), chosen)
+values = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([0, 1, "own.0", "late.0"]), chosen,
+                   st.lists(st.integers(0, 3), max_size=3))
+events = st.fixed_dictionaries({"event": names}, optional={
+    key: values for key in ("index", "probe", "what", "why", "error", "kind", "count", "saved", "name", "counts")})
+honest = [{"event": "cell_start", "index": 0, "count": 1}, {"event": "cell_end", "index": 0, "error": None},
+          {"event": "probe_start", "probe": "own.0"}]
+statuses = st.one_of(st.integers(0, 2**16 - 1), st.sampled_from([40 << 8, 40, 9, 11, 6, 0x7f, 0x137f]))
+
+
+def told(status: str, message: str) -> str:
+    """What the service shows of an item of ``status`` with ``message`` (its worker's ``public``)."""
+    return public_message({"status": status, "message": message,
+                           "public": messages.public(status, message, CATALOGUE)})
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, len(honest)), st.lists(events, max_size=6), statuses,
+       st.sampled_from([None, "", "memory", "x y memory"]), st.booleans(), st.booleans())
+def test_a_forged_report_and_any_exit_get_only_catalogue_text(prefix, forged, status, tail, timed_out, fired):
+    reading = journal.read([{"event": "ready", "run": "t", "time": 1.0}, *honest[:prefix], *forged], PLAN)
+    answer = None if tail is None else f"{status} 0 {tail}".strip()
+    reply = Reply(text=answer, output="", output_truncated=False, timed_out=timed_out)
+    kind, message, tampering = ending(reading, reply, fired, 30, 2**31)
+    assert messages.conforms(message, CATALOGUE), message
+    for flag in (tampering, *reading.refused):
+        assert MARK not in flag and not re.search(r"[^\x20-\x7e]", flag), flag
+    for text in (message, "Your answer cell: " + message, message + " (before the notebook ran)"):
+        assert told(kind, text) == (text if kind in messages.STATUS_SENTENCES else
+                                    "Your code failed on a hidden check. Run the visible checks to see it happen.")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(messages.STATUS_SENTENCES)), chosen, st.sampled_from(messages.OUTCOMES))
+def test_any_text_a_run_could_have_made_is_shown_only_as_the_catalogue_has_it(status, words, template):
+    forged = messages.SLOT.sub(words, template)
+    shown = told(status, forged)
+    assert MARK not in shown and (messages.conforms(shown, CATALOGUE) or shown in messages.STATUS_SENTENCES.values())
