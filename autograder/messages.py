@@ -10,7 +10,10 @@ values of their kind, checked here, on the trusted side:
 * ``names``: names of the course's own (items, answers, the library calls an item forbids), one
   or several (``a, b and c``, ``a or b``), each in the set the caller gives;
 * ``item``: one of those names alone;
-* ``mistake``: a title of the catalogue of mistakes (:mod:`transformer_lm.catalog`).
+* ``mistake``: a title of the catalogue of mistakes (:mod:`transformer_lm.catalog`);
+* ``type``: a type of Python's or torch's own, in :func:`transformer_lm.sandboxed.student_objects.kind_of`'s
+  words;
+* ``shape``: a tensor's shape, ``(2, 3)``.
 
 A run's death, or its stop as tampered, may be told as ``Your answer cell: `` and the text (the
 cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
@@ -26,6 +29,7 @@ from collections.abc import Iterable
 
 from transformer_lm import catalog
 from transformer_lm.forbidding import forbidden_name, runtime_names
+from transformer_lm.sandboxed.student_objects import KINDS
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=True)) + r"|\d{1,3}"
@@ -69,6 +73,27 @@ OUTCOMES = (
 """Every whole text of an item whose status a student sees in words (passed, missing, forbidden,
 tampered, timeout, killed)."""
 
+PROBES = (
+    "forward returned {count:number} values, expected the output (and the weights)",
+    "the output is not connected to the inputs by autograd (was it detached, or built with torch.no_grad or numpy?)",
+    "The module has no method load_from_torch",
+    "The function returned {kind:type}, expected an nn.Module",
+    "The function returned {count:number} value(s); expected {parts:number}: {names:names}",
+    "Its apply returned no tensor that autograd can differentiate",
+    "The object given is not a subclass of torch.autograd.Function",
+    "The function returned {kind:type}; expected a number or a tensor",
+    "The function returned {kind:type}; expected a list with one list of token ids per prompt",
+    "every row of the result must be a list of token ids (ints)",
+    "expected a torch.Tensor, got {kind:type}",
+    "The module has no parameter {names:names}; name its parameters as the task says.",
+    "The module's parameter {name:item} has shape {got:shape}, expected {expected:shape}.",
+    "The class built {kind:type}, not an nn.Module",
+    "{name:item} is not defined: its cell did not run, or the name was changed.",
+)
+"""What a probe (:mod:`transformer_lm.sandboxed.probes`) says when it cannot call a student's object
+as the task asks; its names are those of the run's plan (the objects it calls, the tensors it loads)."""
+PROBE_FALLBACK = "The check could not call your code as the task asks (see the visible checks)."
+
 STATUS_SENTENCES = {
     "passed": "All hidden checks passed.",
     "missing": "The answer cell was missing from the notebook.",
@@ -79,6 +104,8 @@ STATUS_SENTENCES = {
 }
 """What a student is told of an item of a status whose text is not in the catalogue."""
 
+SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
+TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
 SLOT = re.compile(r"\{(\w+):(\w+)\}")
 
 
@@ -89,7 +116,8 @@ def _names(names: Iterable[str]) -> str:
 
 def _pattern(template: str, names: str) -> str:
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
-    kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes}
+    kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
+             "type": TYPES}
     parts, end = [], 0
     for slot in SLOT.finditer(template):
         parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
@@ -113,6 +141,12 @@ def course_names(assignment) -> set[str]:
     names = {name for item in items for name in (item.grade_id, item.answer_id, *map(forbidden_name, item.forbids),
                                                  *runtime_names(item.forbids).values())}
     return names | {name for stand_ins in assignment.stand_ins.values() for name in stand_ins}
+
+
+def probe_grammar(names: Iterable[str]) -> re.Pattern:
+    """A probe's texts, with ``names`` those of the run's plan."""
+    names = _names(names)
+    return re.compile("|".join(_pattern(t, names) for t in PROBES), re.S)
 
 
 def conforms(text: str, pattern: re.Pattern) -> bool:

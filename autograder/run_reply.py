@@ -1,39 +1,33 @@
 """What a run's reply says, read as untrusted data: its exit status and how it died, the probes'
-records (loaded without pickle, within a size limit), and probe messages with every word that is
-not the course's own left out."""
+records (loaded without pickle, within a size limit), and probe messages, kept only where they
+are texts of the closed catalogue (:mod:`autograder.messages`)."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-from pathlib import Path
 
 import torch
 from safetensors.torch import load
 
-from autograder import journal, sandbox
+from autograder import journal, messages, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
 from autograder.messages import TAMPERING
-from transformer_lm import sandboxed
 
 MAX_RECORD_BYTES = 16 * 2**20
 SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
-WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-VOCABULARY = frozenset(word for name in sandboxed.PROBE_MODULES
-                       for word in WORD.findall((Path(sandboxed.__file__).parent / f"{name}.py").read_text()))
-"""The words of the probes' own messages: every word of the probes' modules, those of their traces
-included (a message may name a type that only their code spells out, such as ``frozenset``)."""
 
 
-def public_text(message: str, calls: dict) -> str:
-    """A probe's message with every word that is neither the probes' own nor a name of the plan's
-    calls (the objects they call, the parameters they load) left out: a student's class or
-    parameter can be given any name at run time, and a name could carry a hidden input out."""
+def probe_message(error: str, calls: dict) -> str:
+    """A probe's message as a student may read it: one of the probes' own texts of the catalogue
+    (:data:`autograder.messages.PROBES`), its names those of the plan's calls (the objects they call,
+    the parameters they load), or else a sentence of the catalogue's. The run's process sent the
+    message, so it could be any text: a student's class or parameter can be given any name at run
+    time, and a name could carry a hidden input out."""
     names = {str(name) for call in calls.values() for name in (*call["objects"].values(), *call["tensor_keys"])}
     names |= {piece for name in list(names) for piece in (name.split("/")[-1], *name.replace("/", ".").split("."))}
-    return WORD.sub(lambda m: m.group(0) if m.group(0) in VOCABULARY or m.group(0) in names else "…", message)
+    return error if messages.conforms(error, messages.probe_grammar(names)) else messages.PROBE_FALLBACK
 
 
 def load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:

@@ -26,7 +26,7 @@ import transformer_lm
 from autograder import journal, sandbox
 from autograder.preflight import Preflight
 from autograder.run_plan import plan_of
-from autograder.run_reply import ending, exit_code, load_record, public_text
+from autograder.run_reply import ending, exit_code, load_record, probe_message
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
 
@@ -344,10 +344,10 @@ class _Attempts:
 
     def _message(self, event: dict, reading: journal.Reading) -> str:
         """The words for an error a run reported, with no text the student's code made at run time:
-        a probe's own message with every name that is not the course's left out, or the exception's
+        a probe's own message where the catalogue holds it (:func:`probe_message`), or the exception's
         type and the line of the submitted cell it was raised on."""
         if event.get("kind") == "probe":
-            return public_text(str(event["error"])[:2000], self.plan["calls"])
+            return probe_message(str(event["error"])[:2000], self.plan["calls"])
         text = str(event["error"]) if is_builtin_exception(event["error"]) else "an exception"
         index, where = self._cell_of(event, reading), event.get("where")
         cell = next((c for c in self.cells if c.index == index), None)

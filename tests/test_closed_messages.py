@@ -7,13 +7,15 @@ note's words and the names of the events a run wrote, 300 characters of them per
 
 from __future__ import annotations
 
+import ast
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import notebook_tools as tools
 from autograder import journal, messages
-from autograder.run_reply import ending
+from autograder.run_reply import ending, probe_message
 from autograder.sandbox import Reply
 from autograder.service.shown import public_message
 
@@ -60,6 +62,40 @@ def test_a_forged_report_and_any_exit_get_only_catalogue_text(prefix, forged, st
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(messages.STATUS_SENTENCES)), chosen, st.sampled_from(messages.OUTCOMES))
 def test_any_text_a_run_could_have_made_is_shown_only_as_the_catalogue_has_it(status, words, template):
-    forged = messages.SLOT.sub(words, template)
+    forged = messages.SLOT.sub(lambda _: words, template)
     shown = told(status, forged)
     assert MARK not in shown and (messages.conforms(shown, CATALOGUE) or shown in messages.STATUS_SENTENCES.values())
+
+
+def probe_texts() -> set[str]:
+    """Every message a probe raises ``ProbeError`` with, in the probes' sources, each formatted value
+    as ``{}``."""
+    found = set()
+    for path in (tools.REPO_ROOT / "transformer_lm" / "sandboxed").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ProbeError" and node.args:
+                text = node.args[0]
+                parts = text.values if isinstance(text, ast.JoinedStr) else [text]
+                found.add("".join(p.value if isinstance(p, ast.Constant) else "{}" for p in parts))
+    return found
+
+
+def test_the_catalogue_holds_every_text_a_probe_raises():
+    assert probe_texts() == {messages.SLOT.sub("{}", text) for text in messages.PROBES}
+
+
+CALLS = {"own.0": {"objects": {"cls": "MultiheadedSelfAttention"}, "tensor_keys": ["state/q_proj.weight", "x"]}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(messages.PROBES), st.one_of(chosen, st.sampled_from(["3", "(2, 3)", "q_proj.weight"])))
+def test_a_probe_message_is_kept_only_as_the_catalogue_has_it(template, words):
+    """A run can send any text as its probe's message (before the catalogue, every word of the
+    probes' own sources and any number went through, in any order)."""
+    told = probe_message(messages.SLOT.sub(lambda _: words, template), CALLS)
+    assert MARK not in told
+    assert told == messages.PROBE_FALLBACK or messages.conforms(told, messages.probe_grammar({"q_proj.weight", "x"}))
+    real = "The module's parameter q_proj.weight has shape (4, 5), expected (4, 4)."
+    assert probe_message(real, CALLS) == real
+    assert probe_message("The module's parameter x has shape (3, 5, 8) of the hidden input", CALLS) == \
+        messages.PROBE_FALLBACK

@@ -211,11 +211,17 @@ class RecordJudge:
         return verdict
 
 
-def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]]) -> Verdict:
-    """Compares a module's parameters (name -> shape) with the expected ones."""
+def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, tuple[int, ...]],
+                     quote: bool = True) -> Verdict:
+    """Compares a module's parameters (name -> shape) with the expected ones. Without ``quote`` (a
+    hidden check) a parameter's name is given only when it is one of the expected ones: the others
+    were chosen by the run, which could spell a hidden input in them."""
     missing = [n for n in expected if n not in got]
     if missing:
-        have = ", ".join(f"{n} {tuple(s)}" for n, s in got.items()) or "no parameters"
+        shown = got if quote else {n: s for n, s in got.items() if n in expected}
+        others = len(got) - len(shown)
+        have = ", ".join([f"{n} {tuple(s)}" for n, s in shown.items()] +
+                         ([f"{others} parameter(s) named otherwise"] if others else [])) or "no parameters"
         return Verdict("failed", f"{name} has no parameter {', '.join(missing)}. It has: {have}.")
     wrong = [f"{n} is {tuple(got[n])}, expected {tuple(shape)}" for n, shape in expected.items()
              if tuple(got[n]) != tuple(shape)]
@@ -232,7 +238,10 @@ class ParametersJudge:
     expected: dict[str, tuple[int, ...]]
 
     def __call__(self, record, shapes, values: bool) -> Verdict:
-        return judge_parameters(self.object, shapes if isinstance(shapes, dict) else {}, self.expected)
+        """``shapes`` as the probe returned it: only names with a shape of whole numbers count."""
+        got = {n: s for n, s in shapes.items() if isinstance(n, str) and isinstance(s, (list, tuple))
+               and all(type(d) is int for d in s)} if isinstance(shapes, dict) else {}
+        return judge_parameters(self.object, got, self.expected, quote=values)
 
 
 def is_builtin_exception(name) -> bool:

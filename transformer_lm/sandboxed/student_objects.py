@@ -36,10 +36,15 @@ _OWN_TYPES = {**{cls: f"torch.nn.{name}" for name, cls in vars(torch.nn).items()
 """Python's and torch's own types, by name, as they were before any student code ran."""
 
 
+OWN_CLASS = "an object of a class of your own"
+KINDS = frozenset(_OWN_TYPES.values()) | {OWN_CLASS}
+"""Every word :func:`kind_of` gives: what the grader may show of a type a run returned."""
+
+
 def kind_of(value) -> str:
     """``value``'s type in words that no student code chose: the name of a type of Python's or
     torch's own, else "an object of a class of your own"."""
-    return _OWN_TYPES.get(type(value), "an object of a class of your own")
+    return _OWN_TYPES.get(type(value), OWN_CLASS)
 
 
 def builtin_exception(error: BaseException) -> str:
