@@ -57,7 +57,9 @@ class BytesJudge:
         if isinstance(value, (int, float)) and value == self.expected:
             return Verdict("passed", f"Correct: {self.expected} bytes.")
         shown = f" expected {self.expected}" if values else ""
-        return Verdict("failed", f"{self.call} returned {value!r};{shown or ' not the size of that cache'}."
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        got = repr(value) if number or values else "a value that is not a number"  # a run's text is never quoted
+        return Verdict("failed", f"{self.call} returned {got};{shown or ' not the size of that cache'}."
                                  f"{self._why(value)}")
 
     def _why(self, value) -> str:
