@@ -4,8 +4,9 @@ The Hub runs with configurable-http-proxy from npm (``make hub-packages``), the 
 authenticator (any password), the simple local spawner (each user's JupyterLab server a process
 of this machine, at home folders under the test's folder) and the grading service configured by
 the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Six
-students (``mallory`` sends what a hostile student would) and an admin. A test service ``tester``
-holds a token that may create users' tokens.
+students on the course's roster (``mallory`` sends what a hostile student would), an admin, and a
+Hub user off the roster (``oscar``). A test service ``tester`` holds a token that may create users'
+tokens.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ import pytest
 
 import notebook_tools as tools
 from autograder import demo
+from autograder.course import Course
+from autograder.record import gradebook
 
 PROXY = tools.REPO_ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 HUB_CONFIG = tools.REPO_ROOT / "docs" / "jupyterhub_config.py"
-STUDENTS, ADMIN = ("alice", "bob", "carol", "dan", "erin", "mallory"), "teacher"
+STUDENTS, ADMIN, OUTSIDER = ("alice", "bob", "carol", "dan", "erin", "mallory"), "teacher", "oscar"
+USERS = (*STUDENTS, ADMIN, OUTSIDER)
 START_S = 90
 
 
@@ -43,11 +47,14 @@ def free_port() -> int:
 
 def make_course(root: Path, assignment: str, check_settings: str) -> Path:
     """A course folder of ``assignment`` whose config ends with ``check_settings`` (lines of
-    ``c.CheckService``)."""
+    ``c.CheckService``), with the students on its roster (nbgrader's gradebook)."""
     root.mkdir(parents=True, exist_ok=True)
     demo.make_course(root, assignment, generate=False)
     with (root / "nbgrader_config.py").open("a") as config:
         config.write("\n" + check_settings + "\n")
+    with gradebook(Course(root)) as book:
+        for student in STUDENTS:
+            book.update_or_create_student(student)
     return root
 
 
@@ -70,6 +77,7 @@ class Hub:
     tester_token: str
     process: subprocess.Popen
     log: Path
+    service_port: int  # the service's own port, which students' servers reach without the proxy
 
     @property
     def service(self) -> str:
@@ -133,7 +141,7 @@ def start_hub(folder: Path, course: Path) -> Hub:
     tracker = jupyter / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     tracker.parent.mkdir(parents=True, exist_ok=True)
     tracker.write_text('{"windowingMode": "none"}')  # every cell in the page, where the test can find it
-    for user in (*STUDENTS, ADMIN):
+    for user in USERS:
         (folder / "homes" / user).mkdir(parents=True, exist_ok=True)
     test_lines = f"""
 # The test's own lines: loopback ports, dummy logins, local processes, a token for the test.
@@ -145,7 +153,7 @@ c.JupyterHub.db_url = "sqlite:///{folder / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(folder / 'cookie_secret')!r}
 c.JupyterHub.pid_file = {str(folder / 'jupyterhub.pid')!r}
 c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allowed_users = {set(STUDENTS)!r}
+c.Authenticator.allowed_users = {set(STUDENTS) | {OUTSIDER}!r}
 c.Authenticator.admin_users = {{{ADMIN!r}}}
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = {str(folder / 'homes' / '{username}')!r}
@@ -168,7 +176,7 @@ c.JupyterHub.load_roles.append({{"name": "tester", "services": ["tester"],
     with log.open("w") as out:
         process = subprocess.Popen([str(bin_dir / "jupyterhub"), "-f", str(config)], cwd=folder, env=env,
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    hub = Hub(f"http://127.0.0.1:{port}", folder, course, tester_token, process, log)
+    hub = Hub(f"http://127.0.0.1:{port}", folder, course, tester_token, process, log, service_port)
     try:
         wait_for(f"{hub.url}/hub/health", START_S, process, log)
         wait_for(hub.service, START_S, process, log, ok=(200, 302))
@@ -180,7 +188,7 @@ c.JupyterHub.load_roles.append({{"name": "tester", "services": ["tester"],
 
 def stop_hub(hub: Hub) -> None:
     """Stops the Hub and everything it started (proxy, service, workers, users' servers)."""
-    for user in (*STUDENTS, ADMIN):
+    for user in USERS:
         try:
             hub.api("DELETE", f"users/{user}/server")
         except OSError:

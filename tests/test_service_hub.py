@@ -1,10 +1,12 @@
-"""The grading service in a real JupyterHub: security, a class checking at once, crashes, restarts.
+"""The grading service in a real JupyterHub: security, a class checking at once, crashes, restarts,
+a hostile crowd at its front door, and the roster.
 
 One Hub serves the whole module (:mod:`hub_tools`: configurable-http-proxy from npm, dummy logins,
 local spawner, the README's service lines). Students send assignment 06's notebook as their
 JupyterLab server does (a Hub token) or from a browser session (the Hub's OAuth cookie). Each
 test sets the policy it needs by rewriting the course's ``nbgrader_config.py``, which the service
-reads again when it changes. The browser's side is in ``tests/test_service_browser.py``.
+reads again when it changes. A student's browser in JupyterLab is in
+``test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it``.
 
 Artefacts in ``artifacts/service/``: the Hub's log and ``load.json`` (the load test's times).
 """
@@ -15,9 +17,11 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,6 +34,8 @@ import hub_tools
 import notebook_tools as tools
 from autograder import sandbox
 from autograder.cells import grade_id
+from autograder.record import nbgrader_env
+from autograder.service.roster import FRESH_SECONDS
 from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store
 from autograder.service.web import PER_PAGE
 
@@ -40,11 +46,13 @@ RELEASE = tools.read(tools.REPO_ROOT / "release" / A / NB)
 ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
 
 
-def settings(max_attempts: int = 3, **policy) -> str:
+def settings(max_attempts: int = 3, service: dict | None = None, **policy) -> str:
+    """The course's ``c.CheckService`` lines: ``policy`` for the assignment, ``service`` for the rest."""
     policy = {"open": True, "per_hour": 100, "in_all": 1000, "show": "hint", **policy}
     return (f"c.CheckService.assignments = {{{A!r}: {policy!r}}}\nc.CheckService.workers = 2\n"
             f"c.CheckService.max_waiting = 20\nc.CheckService.max_notebook_mb = 1\n"
-            f"c.CheckService.max_refused_per_hour = 20\nc.CheckService.max_attempts = {max_attempts}\n")
+            f"c.CheckService.max_refused_per_hour = 20\nc.CheckService.max_attempts = {max_attempts}\n"
+            + "".join(f"c.CheckService.{name} = {value!r}\n" for name, value in (service or {}).items()))
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +70,10 @@ def hub(tmp_path_factory):
         (ARTIFACTS / "jupyterhub.log").write_text(running.log.read_text())
 
 
-def set_policy(hub, max_attempts: int = 3, **policy) -> None:
+def set_policy(hub, max_attempts: int = 3, service: dict | None = None, **policy) -> None:
     config = hub.course / "nbgrader_config.py"
     text = config.read_text()
-    config.write_text(text[:text.index("c.CheckService.assignments")] + settings(max_attempts, **policy))
+    config.write_text(text[:text.index("c.CheckService.assignments")] + settings(max_attempts, service, **policy))
 
 
 def answer_of(grade_id: str) -> str:
@@ -484,3 +492,221 @@ def test_the_readme_gives_the_hub_lines_the_tests_run():
     readme = (tools.REPO_ROOT / "README.md").read_text()
     lines = hub_tools.HUB_CONFIG.read_text().split("\n", 2)[2]
     assert f"```python\n{lines}```" in readme
+
+# --------------------------------------------------------------------------------------
+# The front door (issue 46): no byte of a POST's body is read before the Hub has said who sent
+# it; a body goes to a file under a cap and is read in a child process bounded in time and
+# memory; only the course's roster gets checks; no page may be framed.
+# --------------------------------------------------------------------------------------
+
+MiB = 2**20
+DOOR = {"max_notebook_mb": 5, "max_refused_per_hour": 1000}
+"""The door's tests take notebooks up to 5 MiB, so that a body of up to 21 MiB is read, and record
+every refusal (mallory's earlier ones, in this module, count in the same hour)."""
+STRANGERS = 12
+BOMB = ('{"filename": "bomb.ipynb", "notebook": {"nbformat": 4, "metadata": {}, "cells": ['
+        + ",".join(["[" * 60 + "]" * 60] * (20 * MiB // 121)) + "]}}").encode()
+"""20 MiB of JSON: a notebook whose cells are lists of empty lists, 60 deep (a gigabyte to parse)."""
+
+
+def rss(pid: int) -> int:
+    """The resident memory of process ``pid``, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def stalled_stranger(port: int, first: int) -> tuple[socket.socket, bytes]:
+    """A client without a token: the headers of a 20 MiB POST and the body's ``first`` bytes, what
+    it is answered within 3 s, then 4 MiB more of the body, and a stall (the socket is left open)."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.sendall(f"POST /services/autograder/api/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {20 * MiB}\r\n\r\n".encode() + b"[" * first)
+    conn.settimeout(3)
+    try:
+        answer = conn.recv(65536)
+    except (TimeoutError, ConnectionResetError):
+        answer = b""
+    try:
+        conn.settimeout(5)
+        conn.sendall(b"[" * (4 * MiB))
+    except OSError:
+        pass  # the connection was closed: what the service does
+    return conn, answer
+
+
+def test_stalled_strangers_and_a_bomb_leave_pages_quick_and_memory_flat(hub):
+    """Twelve strangers: six at the service's own port (which students' servers reach) are answered
+    403 on their headers alone; six through the Hub's proxy, which sends the headers on with the
+    body's first bytes, are answered at once too (403, or the proxy's 503 when the service's close of
+    the unread connection reaches it first). mallory's bomb is refused and counted. Meanwhile bob's
+    page answers in under a second each time, and the service's memory, the strangers still
+    connected, is within 64 MiB of where it was."""
+    set_policy(hub, service=DOOR)
+    bob, mallory = hub.token_for("bob"), hub.token_for("mallory")
+    warm = send(hub, bob, SOLUTION)
+    assert warm.status_code == 202, warm.text
+    answered(hub, bob, warm.json()["id"])
+
+    def page() -> requests.Response:
+        return requests.get(hub.service, headers={"Authorization": f"token {bob}"}, timeout=60)
+
+    assert all(page().status_code == 200 for _ in range(5))
+    service, before = hub.service_pid(), len(rows(hub))
+    start = rss(service)
+    proxy_port = int(hub.url.rsplit(":", 1)[1])
+    with ThreadPoolExecutor(max_workers=STRANGERS + 1) as pool:
+        bomb = pool.submit(requests.post, f"{hub.service}api/requests", data=BOMB, timeout=300,
+                           headers={"Authorization": f"token {mallory}", "Content-Type": "application/json"})
+        strangers = [pool.submit(stalled_stranger, *door) for door in [(hub.service_port, 0), (proxy_port, 65536)]
+                     * (STRANGERS // 2)]
+        waits = []
+        while not bomb.done() or len(waits) < 10:
+            started = time.monotonic()
+            assert page().status_code == 200
+            waits.append(time.monotonic() - started)
+            time.sleep(0.2)
+        refused, connections = bomb.result(), [s.result() for s in strangers]
+        memory = rss(service)
+        for conn, _ in connections:
+            conn.close()
+    print(f"\nbob's page, {len(waits)} times while the bomb was read: longest {max(waits):.3f} s; the service's "
+          f"memory {start / MiB:.0f} MiB before, {memory / MiB:.0f} MiB with the strangers connected")
+    assert max(waits) < 1.0, waits
+    assert memory - start < 64 * MiB
+    answers = [answer[:12].decode() for _, answer in connections]
+    assert answers[::2] == ["HTTP/1.1 403"] * (STRANGERS // 2), answers
+    assert set(answers[1::2]) <= {"HTTP/1.1 403", "HTTP/1.1 503"}, answers
+    assert refused.status_code in (413, 422) and "Reading this notebook took" in refused.json()["message"], \
+        refused.text[:300]
+    assert [(r["user"], r["state"]) for r in rows(hub)[before:]] == [("mallory", "refused")]  # in her limit
+
+
+@pytest.mark.parametrize("bounds, status, said", [
+    ({"read_seconds": 1, "read_memory_mb": 4096}, 422, "took longer than 1 s"),
+    ({"read_seconds": 600, "read_memory_mb": 64}, 413, "took more than 64 MiB of memory"),
+])
+def test_a_bomb_past_a_bound_of_its_reading_is_refused_and_counts(hub, bounds, status, said):
+    set_policy(hub, service={**DOOR, **bounds})
+    before = len(rows(hub))
+    refused = requests.post(f"{hub.service}api/requests", data=BOMB, timeout=300,
+                            headers={"Authorization": f"token {hub.token_for('mallory')}"})
+    message = refused.json()["message"]
+    assert refused.status_code == status and said in message and "save it again" in message, message
+    recorded = rows(hub)[before:]
+    assert [(r["user"], r["state"]) for r in recorded] == [("mallory", "refused")] and said in recorded[0]["message"]
+    set_policy(hub, service=DOOR)
+
+
+def test_only_the_roster_gets_checks_and_one_added_gets_in_without_a_restart(hub):
+    """oscar, a Hub user off the course's roster, gets 403 with what to ask; alice, on it, gets her
+    quota; the admin keeps the admin page. Once the instructor runs ``nbgrader db student add
+    oscar``, oscar's check is taken, within the roster's refresh, by the same service."""
+    set_policy(hub, service=DOOR)
+    outsider, before, service = hub_tools.OUTSIDER, len(rows(hub)), hub.service_pid()
+    oscar, alice = hub.token_for(outsider), hub.token_for("alice")
+    add = f"nbgrader db student add {outsider}"
+    refused = send(hub, oscar, SOLUTION)
+    assert refused.status_code == 403 and add in refused.json()["message"], refused.text
+    home = requests.get(hub.service, headers={"Authorization": f"token {oscar}"}, timeout=60)
+    assert home.status_code == 403 and add in home.text and "roster" in home.text
+    assert len(rows(hub)) == before  # nothing recorded of him
+    mine = requests.get(hub.service, headers={"Authorization": f"token {alice}"}, timeout=60)
+    assert mine.status_code == 200 and " of 100" in mine.text and "roster" not in mine.text  # her quota
+    teacher = login(hub, hub_tools.ADMIN)
+    assert teacher.get(f"{hub.service}admin", timeout=60).status_code == 200
+    assert "nbgrader db student add teacher" in teacher.get(hub.service, timeout=60).text
+
+    subprocess.run([sys.executable, "-m", "nbgrader", "db", "student", "add", outsider], cwd=hub.course,
+                   env=nbgrader_env(), check=True, capture_output=True)
+    deadline = time.monotonic() + FRESH_SECONDS + 30
+    while (taken := send(hub, oscar, SOLUTION)).status_code == 403:
+        assert time.monotonic() < deadline, taken.text
+        time.sleep(0.5)
+    assert taken.status_code == 202, taken.text
+    assert answered(hub, oscar, taken.json()["id"])["score"] == 10
+    assert hub.service_pid() == service
+
+
+def test_no_page_of_the_service_may_be_framed(hub):
+    """Every answer says so twice (CSP's frame-ancestors for today's browsers, X-Frame-Options for
+    older ones): the admin's page, a student's pages, the API, and the errors."""
+    set_policy(hub, service=DOOR)
+    token = hub.token_for("alice")
+    alice = {"Authorization": f"token {token}"}
+    sent = send(hub, token, SOLUTION).json()
+    teacher = login(hub, hub_tools.ADMIN)
+    answers = {"admin page": teacher.get(f"{hub.service}admin", timeout=60),
+               "home page": requests.get(hub.service, headers=alice, timeout=60),
+               "request page": requests.get(f"{hub.service}requests/{sent['id']}", headers=alice, timeout=60),
+               "API": requests.get(f"{hub.service}api/requests/{sent['id']}", headers=alice, timeout=60),
+               "error": requests.get(f"{hub.service}requests/{'x' * 16}", headers=alice, timeout=60),
+               "stranger's POST": requests.post(f"{hub.service}api/requests", data=b"{}", timeout=60)}
+    assert answers["admin page"].status_code == 200 and "Every request" in answers["admin page"].text
+    for name, answer in answers.items():
+        assert answer.headers.get("X-Frame-Options") == "DENY", name
+        assert "frame-ancestors 'none'" in answer.headers.get("Content-Security-Policy", ""), name
+    answered(hub, token, sent["id"])
+
+
+SIGNAL_40 = "import os\nos.kill(os.getpid(), 40)\n"
+
+
+def test_a_run_killed_by_a_signal_python_does_not_name_is_answered_in_one_try_with_why(hub):
+    """An answer that kills its run with a real-time signal: before 6da56f0 the grader itself raised
+    ('40 is not a valid Signals'), so the request was tried three times, each time in a fresh
+    sandbox, and failed. Now its item is killed, the reason told from the catalogue, in one try."""
+    set_policy(hub)
+    token = hub.token_for("dan")
+    sent = send(hub, token, tools.replace_solution(SOLUTION, "kv_cache_bytes", SIGNAL_40)).json()
+    view = answered(hub, token, sent["id"])
+    item = next(i for i in view["items"] if i["grade_id"] == "kv_cache_bytes")
+    assert (view["state"], item["status"]) == ("done", "killed"), view
+    assert item["message"] == "Your answer cell: The process was killed (signal 40).", item
+    assert next(r for r in rows(hub) if r["id"] == sent["id"])["attempts"] == 1
+
+
+def test_a_request_whose_worker_died_costs_a_check_and_waits_only_its_time_in_the_queue(hub):
+    """A request that had been in a worker longer than the queue allows when its worker died: before
+    the fix, expiry counted from when it was sent, so it expired at once, which costs no check (a
+    notebook that kills its worker would be checked for free, a fresh sandbox each time). Now it
+    goes back to the queue for its own time there, is graded again, and counts."""
+    set_policy(hub, max_wait_minutes=0.05)  # 3 s in the queue
+    dan, store = hub.token_for("dan"), Store(hub.course / "check_requests.db")
+    counted = store.usage("dan", A, time.time())[1]
+    victim = send(hub, dan, slow(8)).json()
+    pid = worker_of(hub, victim["id"], 1)
+    time.sleep(4)  # in its worker, past the 3 s a request may wait in the queue
+    os.kill(int(pid), signal.SIGKILL)
+    view = answered(hub, dan, victim["id"])
+    assert view["state"] in ("done", "failed") and store.usage("dan", A, time.time())[1] == counted + 1, view
+    set_policy(hub)
+
+
+FORGED_REPORT = '''def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch.bfloat16):
+    import json, os, stat, struct
+    note = json.dumps({"event": "tampered", "what": "LE" + f"AK {n_layers}x{head_dim}x{seq_len}"}).encode()
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, struct.pack(">cI", b"E", len(note)) + note)
+        except OSError:
+            pass
+    return 0
+'''
+
+
+def test_a_forged_report_shows_the_student_no_word_of_it(hub):
+    """The first attack of issue 46: an answer that writes a forged ``tampered`` note onto its run's
+    report pipe, spelling the hidden inputs it was called with. Before the catalogue, its words were
+    the item's text, shown before the deadline word for word. Now the item is tampered, with one of
+    the catalogue's reasons, and no word of the note is on the API or the page."""
+    set_policy(hub)
+    token = hub.token_for("mallory")
+    sent = send(hub, token, tools.replace_solution(SOLUTION, "kv_cache_bytes", FORGED_REPORT)).json()
+    view = answered(hub, token, sent["id"])
+    item = next(i for i in view["items"] if i["grade_id"] == "kv_cache_bytes")
+    assert item["status"] == "tampered" and item["message"].startswith("The grader stopped the run: "), item
+    page = requests.get(f"{hub.service}requests/{sent['id']}", timeout=60,
+                        headers={"Authorization": f"token {token}"}).text
+    assert not any("LEAK" in text for text in (json.dumps(view), page))

@@ -6,12 +6,14 @@ the assignment and release notebook that the sent notebook is a copy of, with it
 refusal with its HTTP status and a message that says what was wrong and what to do. It never
 raises, so that every request gets such an answer (and it can be fuzzed without a Hub); it reads
 no state but the course's release notebooks, so the limits and the recording stay with the store.
+Some bytes cost much to read all the same (megabytes of nested empty lists): the service runs it
+in a bounded child process (:mod:`autograder.service.reading`), never on its event loop.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tornado.httputil import HTTPInputError, parse_body_arguments
@@ -30,7 +32,9 @@ SEND = 'Send JSON {"filename": ..., "notebook": ...} or a form with a notebook f
 @dataclass(frozen=True)
 class Sent:
     """A sent notebook as the service takes it: ``status`` 202 with the ``assignment`` and release
-    ``notebook`` it is a copy of and its bytes (``content``), or 400 or 413 with a ``message``."""
+    ``notebook`` it is a copy of and its bytes (``content``), or 400 or 413 with a ``message``.
+    ``xsrf`` is a form's ``_xsrf`` field: the Hub's XSRF token, which the service checks before it
+    records anything that a browser's form sent."""
 
     status: int
     message: str = ""
@@ -39,6 +43,7 @@ class Sent:
     assignment: str = ""
     notebook: str = ""
     content: bytes = b""
+    xsrf: str = ""
 
     @property
     def taken(self) -> bool:
@@ -66,17 +71,17 @@ def too_large(size: int, max_bytes: int, filename: str = DEFAULT_NAME) -> Sent:
 
 def read_post(course: Course, content_type: str, body: bytes, max_bytes: int) -> Sent:
     """What a POST of ``body`` sends: a notebook of the course, or a refusal that says why."""
-    unpacked = unpack(content_type, body)
-    if isinstance(unpacked, Sent):
-        return unpacked
-    return read_sent(course, *unpacked, max_bytes)
-
-
-def unpack(content_type: str, body: bytes) -> tuple[str, bytes] | Sent:
-    """The file name and bytes of the notebook in a form's file or in JSON ``{"filename", "notebook"}``
-    (the notebook as a string or as JSON), or a 400 that says what to send."""
     if content_type.split(";")[0].strip().lower() in FORM_TYPES:
-        return unpack_form(content_type, body)
+        unpacked, xsrf = unpack_form(content_type, body)
+    else:
+        unpacked, xsrf = unpack(body), ""
+    sent = unpacked if isinstance(unpacked, Sent) else read_sent(course, *unpacked, max_bytes)
+    return replace(sent, xsrf=xsrf)
+
+
+def unpack(body: bytes) -> tuple[str, bytes] | Sent:
+    """The file name and bytes of the notebook in JSON ``{"filename", "notebook"}`` (the notebook
+    as a string or as JSON), or a 400 that says what to send."""
     try:
         sent = loads(body)
     except ValueError as error:
@@ -89,17 +94,18 @@ def unpack(content_type: str, body: bytes) -> tuple[str, bytes] | Sent:
     return name, json.dumps(notebook, ensure_ascii=False).encode("utf-8")
 
 
-def unpack_form(content_type: str, body: bytes) -> tuple[str, bytes] | Sent:
-    """A form's first file (streaming leaves the form to us)."""
+def unpack_form(content_type: str, body: bytes) -> tuple[tuple[str, bytes] | Sent, str]:
+    """A form's first file (streaming leaves the form to us), and its ``_xsrf`` field."""
     arguments, files = {}, {}
     try:
         parse_body_arguments(content_type, body, arguments, files)
     except HTTPInputError as error:
-        return Sent(400, f"The form could not be read ({shown(error)}). {SEND}", size=len(body))
+        return Sent(400, f"The form could not be read ({shown(error)}). {SEND}", size=len(body)), ""
+    xsrf = arguments.get("_xsrf", [b""])[-1].decode("utf-8", "replace")
     uploads = [upload for field in files.values() for upload in field]
     if not uploads:
-        return Sent(400, f"The form has no notebook file. {SEND}", size=len(body))
-    return file_name(uploads[0].get("filename") or DEFAULT_NAME), uploads[0]["body"]
+        return Sent(400, f"The form has no notebook file. {SEND}", size=len(body)), xsrf
+    return (file_name(uploads[0].get("filename") or DEFAULT_NAME), uploads[0]["body"]), xsrf
 
 
 def read_sent(course: Course, filename: str, body: bytes, max_bytes: int) -> Sent:

@@ -37,6 +37,11 @@ class CheckService(Configurable):
                   ).tag(config=True)
     max_waiting = Int(2, help="Requests one student may have waiting or being graded at once.").tag(config=True)
     max_notebook_mb = Int(5, help="The largest notebook a student may send, in MiB.").tag(config=True)
+    read_seconds = Int(30, min=1, help="How long reading a sent notebook may take (in a child process, off the "
+                                       "service's loop); a notebook that takes longer is refused (422)."
+                       ).tag(config=True)
+    read_memory_mb = Int(512, min=16, help="How much memory reading a sent notebook may take, in MiB; a notebook that "
+                                           "takes more is refused (413).").tag(config=True)
     max_attempts = Int(3, help="Times a request is tried before it is answered as failed (a worker died or the grader "
                                "raised on it each time); a failed request counts as a check, and its notebook is "
                                "kept in .grading/check_failures/ for the instructor.").tag(config=True)

@@ -2,8 +2,11 @@
 
 Who a request comes from is who the Hub says: a browser's Hub OAuth cookie (with the Hub's XSRF
 token on every POST) or a Hub token (``Authorization: token ...``, as the student's own
-JupyterLab server sends it). A student sees their own requests only; another's id answers 404,
-the same as an id that does not exist. The Hub's admins see every request.
+JupyterLab server sends it), decided from the headers alone in ``prepare()``, the Hub's answer
+awaited, before any byte of a body is read. Only students on the course's roster
+(:mod:`autograder.service.roster`) get checks; anyone else gets 403 with what to ask the
+instructor. A student sees their own requests only; another's id answers 404, the same as an id
+that does not exist. The Hub's admins see every request.
 
 - ``GET  {prefix}``                    the student's page: their checks, what is left, a form to send a notebook
 - ``POST {prefix}api/requests``        send a notebook (JSON ``{"filename", "notebook"}``, or a form's file)
@@ -11,10 +14,14 @@ the same as an id that does not exist. The Hub's admins see every request.
 - ``GET  {prefix}requests/<id>``       the same as a page, which reloads itself until the answer is there
 - ``GET  {prefix}admin?page=N``        every request, newest first, a page at a time (admins only)
 
-Pages are templates that escape every value and run no script. What a student sees of a result
-follows the assignment's ``show`` and :mod:`autograder.service.shown`: never a hidden input, never
-check code. What a POST sends is read by :func:`autograder.service.intake.read_post`; every refusal
-goes through the student's limit of refusals (:class:`autograder.service.store.TooManyRefused`).
+Pages are templates that escape every value and run no script, and no page may be framed, not
+even by a page of the same origin (where the Hub runs without subdomains, a student's own
+JupyterLab server is one). What a student sees of a result follows the assignment's ``show`` and
+:mod:`autograder.service.shown`: never a hidden input, never check code. A POST's body goes to a
+file under a cap (:mod:`autograder.service.body`) and is read by
+:func:`autograder.service.intake.read_post` in a child process bounded in time and memory
+(:mod:`autograder.service.reading`); nothing on the event loop waits on a body. Every refusal goes
+through the student's limit of refusals (:class:`autograder.service.store.TooManyRefused`).
 """
 
 from __future__ import annotations
@@ -32,20 +39,24 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import ioloop, web
-from tornado.httputil import HTTPInputError, parse_body_arguments
 
 from autograder import pipeline
 from autograder.course import Course
 from autograder.errors import GradingError
 from autograder.feedback import PAGES
 from autograder.service import intake
-from autograder.service.intake import MiB
+from autograder.service.body import Body, clear_left
+from autograder.service.intake import MiB, Sent
 from autograder.service.policy import Policies, Policy
+from autograder.service.reading import Readers
+from autograder.service.roster import Roster, not_on_roster
 from autograder.service.shown import public_item
 from autograder.service.store import Request, Store, TooManyRefused
 from autograder.service.supervisor import Supervisor
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'self'"
+CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+NOT_LOGGED_IN = ("The grading service does not know who sent this: send the notebook from JupyterLab (Check with "
+                 "the grader), or log in to the Hub and send it from the service's page.")
 THROWN_AWAY = 256 * MiB
 """How far past its limit a body is still read (and thrown away), to answer 413 with a message
 rather than cut the connection, which the Hub's proxy would answer with 503."""
@@ -61,33 +72,55 @@ def when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def view(request: Request, policy: Policy, store: Store, prefix: str) -> dict:
-    """What the student who sent ``request`` may see of it, as JSON."""
+def view(request: Request, policy: Policy, store: Store, public_url: str) -> dict:
+    """What the student who sent ``request`` may see of it, as JSON; its page is under ``public_url``."""
     items = [public_item(item, policy.show) for item in request.items]
     return {"id": request.id, "assignment": request.assignment, "filename": request.filename, "state": request.state,
             "place": store.place(request), "submitted": when(request.submitted), "started": when(request.started),
             "finished": when(request.finished), "message": request.message, "score": request.score,
             "max_score": request.max_score, "items": items, "show": policy.show,
-            "url": url_path_join(prefix, "requests", request.id)}
+            "url": url_path_join(public_url, "requests", request.id)}
 
 
 class Service:
-    """What every handler shares: the course, its policies, the store and the URL prefix."""
+    """What every handler shares: the course, its policies, roster and store, where bodies are
+    written, the children that read them, the URL prefix, and where the service's pages are for a
+    program on another origin: ``JUPYTERHUB_PUBLIC_URL``, which the Hub sets when the service has
+    an origin of its own (``c.JupyterHub.subdomain_host``) or a public URL, else the prefix."""
 
     def __init__(self, root: Path, prefix: str):
         self.course = Course(root)
         self.policies = Policies(root)
+        self.roster = Roster(self.course)
         self.store = Store(self.policies.database)
+        self.bodies = self.course.root / ".grading" / "bodies"
+        clear_left(self.bodies)
+        self.readers = Readers(self.course)
         self.prefix = prefix
+        self.public_url = os.environ.get("JUPYTERHUB_PUBLIC_URL") or prefix
 
 
 class Handler(HubOAuthenticated, web.RequestHandler):
+    on_roster = False
+    roster_only = True
+    """Whether a user off the roster who is not an admin gets 403 (the admin page has its own rule)."""
+
     @property
     def service(self) -> Service:
         return self.settings["service"]
 
+    async def prepare(self) -> None:
+        """Who sent the request, as the Hub says (awaited: the loop serves others while the Hub
+        answers; ``current_user`` then applies the Hub's scopes to its answer), and whether they
+        are on the roster."""
+        await self.hub_auth.get_user(self, sync=False)
+        self.on_roster = bool(self.current_user) and await self.service.roster.holds(self.user)
+        if self.current_user and self.roster_only and not self.on_roster and not self.admin:
+            raise web.HTTPError(403, "%s", not_on_roster(self.user))
+
     def set_default_headers(self) -> None:
         self.set_header("Content-Security-Policy", CSP)
+        self.set_header("X-Frame-Options", "DENY")
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Referrer-Policy", "same-origin")
         self.set_header("Cache-Control", "no-store")
@@ -107,7 +140,7 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
     def view_of(self, request: Request) -> dict:
         return view(request, self.service.policies.for_assignment(request.assignment), self.service.store,
-                    self.service.prefix)
+                    self.service.public_url)
 
     def write_view(self, request: Request, status: int = 200) -> None:
         self.set_status(status)
@@ -145,6 +178,7 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 class HomePage(Handler):
     @web.authenticated
     def get(self) -> None:
+        """The student's checks and what is left of them; an admin off the roster sees why they have none."""
         service, now = self.service, time.time()
         service.policies.load()
         assignments = []
@@ -154,69 +188,75 @@ class HomePage(Handler):
                                 "left": max(0, policy.in_all - in_all),
                                 "closed": policy.closed_because(datetime.now(timezone.utc))})
         self.page("check_home.html.j2", assignments=assignments, requests=service.store.of_user(self.user),
+                  off_roster="" if self.on_roster else not_on_roster(self.user),
                   xsrf=self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)
 
 
 @web.stream_request_body
 class RequestsAPI(Handler):
-    """Takes a notebook. The body is streamed so that one over the limit is read to its end (and
-    thrown away) and answered 413 with a message: tornado would cut the connection."""
+    """Takes a notebook. Who sends it is decided in ``prepare()``, from the headers, before tornado
+    reads any of the body: a stranger, or a user off the roster, is answered 403 at once and the
+    connection closed unread. The body then goes to a file (:class:`~autograder.service.body.Body`);
+    one over the limit is read to its end and thrown away, to be answered 413 with a message (tornado
+    would cut the connection). It is read in a bounded child (:mod:`~autograder.service.reading`)."""
 
-    def prepare(self) -> None:
-        super().prepare()
+    body: Body | None = None
+    xsrf_owed = False
+    posted = False
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if not self.current_user:
+            raise web.HTTPError(403, "%s", NOT_LOGGED_IN)
+        if not self.on_roster:  # an admin too: a quota is a student's
+            raise web.HTTPError(403, "%s", not_on_roster(self.user))
         self.service.policies.load()
         self.max_bytes = self.service.policies.settings.max_notebook_mb * MiB
-        self.limit = intake.body_limit(self.max_bytes)
-        self.request.connection.set_max_body_size(self.limit + THROWN_AWAY)
         try:
-            self.declared = int(self.request.headers.get("Content-Length", "0"))
+            declared = int(self.request.headers.get("Content-Length", "0"))
         except ValueError:
-            self.declared = 0  # tornado answers it 400 before any of the body is read
-        self.received, self.body = 0, bytearray()
+            declared = 0  # tornado answers it 400 before any of the body is read
+        self.body = Body(self.service.bodies, intake.body_limit(self.max_bytes), declared)
+        self.request.connection.set_max_body_size(self.body.limit + THROWN_AWAY)
 
-    @property
-    def size(self) -> int:
-        return max(self.declared, self.received)
-
-    @property
-    def over(self) -> bool:
-        return self.size > self.limit
+    def check_xsrf_cookie(self) -> None:
+        """The Hub calls this as it identifies a cookie's user, in ``prepare()``; a form sends the
+        token in its body, which is not read yet, so the check is owed (:meth:`check_form_xsrf`)."""
+        self.xsrf_owed = True
 
     def data_received(self, chunk: bytes) -> None:
-        """Keeps the body while it is within the limit; past it, only counts its size."""
-        self.received += len(chunk)
-        if self.over:
-            self.body = bytearray()
+        self.body.write(chunk)
+
+    async def post(self) -> None:
+        self.posted = True
+        settings = self.service.policies.settings
+        if self.body.over:
+            sent = intake.too_large(self.body.size, self.max_bytes, "")
         else:
-            self.body += chunk
+            sent = await self.service.readers.read(self.request.headers.get("Content-Type", ""), self.body.path(),
+                                                   self.max_bytes, settings.read_seconds,
+                                                   settings.read_memory_mb * MiB)
+        self.check_form_xsrf(sent)
+        self.take(sent)
 
-    def post(self) -> None:
-        if self.form and not self.over:
-            self.read_form_arguments()
-        if self.over and not self.current_user:
-            # A browser's form whose body was not kept has no XSRF token to log in with: say why, store nothing.
-            raise web.HTTPError(413, "%s", intake.too_large(self.size, self.max_bytes).message)
-        self.take()
-
-    def read_form_arguments(self) -> None:
-        """A form's fields, where the Hub's XSRF check looks for ``_xsrf`` (streaming skips tornado's parsing)."""
+    def check_form_xsrf(self, sent: Sent) -> None:
+        """The Hub's XSRF check of a cookie's POST, once its form is read, before anything is recorded:
+        403 for a notebook without the token; a refusal without it is answered and not recorded (a
+        form too large or too costly to read has no token that could be read)."""
+        if not self.xsrf_owed:
+            return
+        if sent.xsrf:
+            self.request.arguments.setdefault("_xsrf", []).append(sent.xsrf.encode())
         try:
-            parse_body_arguments(self.request.headers.get("Content-Type", ""), bytes(self.body),
-                                 self.request.body_arguments, self.request.files)
-        except HTTPInputError:
-            return  # intake says what is wrong with the form
-        for name, values in self.request.body_arguments.items():
-            self.request.arguments.setdefault(name, []).extend(values)
+            super().check_xsrf_cookie()
+        except web.HTTPError:
+            if sent.taken:
+                raise
+            raise web.HTTPError(sent.status, "%s", sent.message) from None
 
-    @web.authenticated
-    def take(self) -> None:
+    def take(self, sent: Sent) -> None:
         """Queues the notebook sent, or answers why not; every refusal counts in the student's limit."""
         service, settings = self.service, self.service.policies.settings
-        if self.over:
-            sent = intake.too_large(self.size, self.max_bytes, "")
-        else:
-            sent = intake.read_post(service.course, self.request.headers.get("Content-Type", ""), bytes(self.body),
-                                    self.max_bytes)
         try:
             if not sent.taken:
                 return self.answer(service.store.refuse(self.user, sent.filename, sent.size, sent.message,
@@ -234,6 +274,17 @@ class RequestsAPI(Handler):
             return self.redirect(url_path_join(self.service.prefix, "requests", request.id), status=303)
         self.write_view(request, status)
 
+    def on_finish(self) -> None:
+        if self.body:
+            self.body.discard()
+
+    def on_connection_close(self) -> None:
+        """A client gone before its body ended; once posted, the body stays for the child reading it
+        until the request finishes."""
+        super().on_connection_close()
+        if not self.posted:
+            self.on_finish()
+
 
 class RequestAPI(Handler):
     @web.authenticated
@@ -249,6 +300,8 @@ class RequestPage(Handler):
 
 
 class AdminPage(Handler):
+    roster_only = False
+
     @web.authenticated
     def get(self) -> None:
         if not self.admin:
@@ -296,6 +349,7 @@ def serve(root: Path) -> None:
     app = make_app(root, prefix, cookie_secret(root))
     service = app.settings["service"]
     pipeline.isolation_for(service.course)  # no sandbox: say so now, not in every worker
+    ioloop.IOLoop.current().run_in_executor(None, service.readers.start)  # the readers' imports take seconds
     where = urlparse(url)
     app.listen(where.port or 80, address=where.hostname or "", max_body_size=OTHER_BODIES)
     supervisor = Supervisor(root, service.policies, service.store)
@@ -309,3 +363,4 @@ def serve(root: Path) -> None:
         loop.start()
     finally:
         supervisor.stop()
+        service.readers.stop()
