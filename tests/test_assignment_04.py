@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -243,18 +242,16 @@ def graded(source_nb, tmp_path_factory):
         "blank": tools.read(ROW.release_path),
     }
     course = tmp_path_factory.mktemp("course")
-    started = time.perf_counter()
     reports = tools.grade_class(ROW.name, course, submissions)
-    seconds = time.perf_counter() - started
     by_item = {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
                for student, report in reports.items()}
-    return by_item, course, seconds
+    return by_item, course
 
 
 @pytest.fixture(scope="module")
 def solution_and_blank(graded):
     """The solution's and the blank release's reports, from the class of ``graded``."""
-    reports, _, _ = graded
+    reports, _ = graded
     return reports["solution"][""], reports["blank"][""]
 
 
@@ -327,7 +324,7 @@ def test_release_is_what_nbgrader_makes(request, tmp_path):
     one ``grade_class`` has just made, where there is a sandbox to grade with): it must be the
     committed one, equal as JSON."""
     if sandbox.detect_isolation().name == "bubblewrap":
-        _, course, _ = request.getfixturevalue("graded")
+        _, course = request.getfixturevalue("graded")
         fresh_dir = course / "release" / ROW.name
     else:
         fresh_dir = tools.generate_release(ROW.name, tmp_path / "course")
@@ -401,7 +398,7 @@ def test_demonstrations_show_what_the_text_says(solved):
 
 
 def test_seed_code_gets_full_marks_on_the_attention(graded, source_nb):
-    reports, _, _ = graded
+    reports, _ = graded
     item = reports["seed"]["mingpt_attention"]
     assert (item["status"], item["score"]) == ("passed", 3), item
     # The seed's forward(self, x) takes no kv_cache, which the block hands it: the block says so.
@@ -413,7 +410,7 @@ def test_seed_code_gets_full_marks_on_the_attention(graded, source_nb):
 
 
 def test_missing_scaling_loses_the_item_and_is_named(graded, source_nb):
-    reports, _, _ = graded
+    reports, _ = graded
     item = reports["no_scaling"]["mingpt_attention"]
     assert (item["status"], item["score"]) == ("failed", 0), item
     assert item["mistake"] == "scores not scaled by 1/sqrt(d_k)"
@@ -423,7 +420,7 @@ def test_missing_scaling_loses_the_item_and_is_named(graded, source_nb):
 
 
 def test_zero_mask_fill_loses_the_item_and_is_named(graded, source_nb):
-    reports, _, _ = graded
+    reports, _ = graded
     item = reports["zero_fill"]["mingpt_attention"]
     assert (item["status"], item["score"]) == ("failed", 0), item
     assert item["mistake"] == "masked scores filled with 0 instead of -inf"
@@ -433,7 +430,7 @@ def test_zero_mask_fill_loses_the_item_and_is_named(graded, source_nb):
 
 
 def test_summed_loss_and_uncropped_context_each_lose_their_item_only(graded, source_nb):
-    reports, _, _ = graded
+    reports, _ = graded
     student = reports["loss_and_crop"]
     assert (student["gpt"]["status"], student["gpt"]["score"]) == ("failed", 0)
     assert "sum over the positions" in student["gpt"]["message"]
@@ -450,7 +447,7 @@ def test_summed_loss_and_uncropped_context_each_lose_their_item_only(graded, sou
 def test_a_wrong_attention_costs_its_own_points_only(graded, student):
     """The block, GPT, generation and the cache only build on the attention: they are graded with
     the course's attention in its place, and say so (issue 15's case: these cost 10 of 10)."""
-    reports, _, _ = graded
+    reports, _ = graded
     items = reports[student]
     assert items[""]["total"] == sum(ROW.points.values()) - ROW.points["mingpt_attention"], items[""]
     assert items["mingpt_attention"]["score"] == 0
@@ -497,11 +494,3 @@ def test_a_cache_that_is_not_used_fails_the_visible_and_the_hidden_checks(source
                   if not v.passed]
         assert failed and "gives the right tokens, but ran the model on [3, 4, 5, 6] tokens per step" \
             in failed[0].message, failed[0].message if failed else "passed"
-
-
-def test_grading_takes_seconds_per_submission(graded):
-    """The whole class, the release made by nbgrader included, with two workers: a generous bound of
-    10 s per submission that only a grader gone wrong exceeds (speed is measured by benchmarks)."""
-    reports, _, seconds = graded
-    submissions = len(reports)
-    assert seconds < 10 * submissions, f"grading {submissions} submissions took {seconds:.1f} s"

@@ -44,6 +44,7 @@ ARTIFACTS = tools.REPO_ROOT / "artifacts" / "service"
 SOLUTION = tools.read(tools.REPO_ROOT / "source" / A / NB)
 RELEASE = tools.read(tools.REPO_ROOT / "release" / A / NB)
 ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
+BODY_SECONDS = 15  # how long the module's service lets a body take (read when it starts)
 
 
 def settings(max_attempts: int = 3, service: dict | None = None, **policy) -> str:
@@ -60,7 +61,7 @@ def hub(tmp_path_factory):
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
     folder = tmp_path_factory.mktemp("hub")
-    course = hub_tools.make_course(folder / "course", A, settings())
+    course = hub_tools.make_course(folder / "course", A, settings(service={"body_seconds": BODY_SECONDS}))
     running = hub_tools.start_hub(folder / "hub", course)
     try:
         yield running
@@ -516,11 +517,13 @@ def rss(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
-def stalled_stranger(port: int, first: int) -> tuple[socket.socket, bytes]:
-    """A client without a token: the headers of a 20 MiB POST and the body's ``first`` bytes, what
-    it is answered within 3 s, then 4 MiB more of the body, and a stall (the socket is left open)."""
+def stalled_stranger(port: int, first: int, token: str = "") -> tuple[socket.socket, bytes]:
+    """A client (without a token, unless ``token``): the headers of a 20 MiB POST and the body's
+    ``first`` bytes, what it is answered within 3 s, then 4 MiB more of the body, and a stall (the
+    socket is left open)."""
     conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-    conn.sendall(f"POST /services/autograder/api/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    auth = f"Authorization: token {token}\r\n" if token else ""
+    conn.sendall(f"POST /services/autograder/api/requests HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
                  f"Content-Type: application/json\r\nContent-Length: {20 * MiB}\r\n\r\n".encode() + b"[" * first)
     conn.settimeout(3)
     try:
@@ -710,3 +713,36 @@ def test_a_forged_report_shows_the_student_no_word_of_it(hub):
     page = requests.get(f"{hub.service}requests/{sent['id']}", timeout=60,
                         headers={"Authorization": f"token {token}"}).text
     assert not any("LEAK" in text for text in (json.dumps(view), page))
+
+
+def closed(conn: socket.socket, seconds: float) -> bool:
+    """Whether the service closes ``conn`` within ``seconds`` (a stalled body, past its time)."""
+    conn.settimeout(seconds)
+    try:
+        while conn.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def test_a_student_sends_two_notebooks_at_once_at_most_and_a_stalled_body_is_cut(hub):
+    """A student's third body at once is answered 429 on its headers, none of it read: each open
+    body holds a file of up to 21 MiB. A body that stalls is closed past the service's time for one
+    (``body_seconds``), which frees its place. Before, bob's stalled bodies had no bound in number
+    or time: each kept its file and connection as long as he kept it open."""
+    set_policy(hub, service=DOOR)
+    bob = hub.token_for("bob")
+    stalled = [stalled_stranger(hub.service_port, 0, bob) for _ in range(2)]
+    third, answer = stalled_stranger(hub.service_port, 0, bob)
+    assert answer.startswith(b"HTTP/1.1 429") and b"already sending 2 notebook(s)" in answer, answer[:300]
+    assert all(not answer for _, answer in stalled)
+    assert all(closed(conn, BODY_SECONDS + 15) for conn, _ in stalled)
+    for conn in (third, *(conn for conn, _ in stalled)):
+        conn.close()
+    sent = send(hub, bob, SOLUTION)
+    assert sent.status_code == 202, sent.text
+    answered(hub, bob, sent.json()["id"])
+

@@ -37,6 +37,11 @@ class CheckService(Configurable):
                   ).tag(config=True)
     max_waiting = Int(2, help="Requests one student may have waiting or being graded at once.").tag(config=True)
     max_notebook_mb = Int(5, help="The largest notebook a student may send, in MiB.").tag(config=True)
+    max_sending = Int(2, min=1, help="Notebooks one student may be sending at once (each body goes to a file "
+                                     "while it comes); one more is answered 429 before any of it is read."
+                      ).tag(config=True)
+    body_seconds = Int(120, min=5, help="How long sending one notebook may take; past it the connection is closed "
+                                        "(read when the service starts).").tag(config=True)
     read_seconds = Int(30, min=1, help="How long reading a sent notebook may take (in a child process, off the "
                                        "service's loop); a notebook that takes longer is refused (422)."
                        ).tag(config=True)

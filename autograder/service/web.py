@@ -32,6 +32,7 @@ import os
 import secrets
 import signal
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
@@ -96,6 +97,7 @@ class Service:
         self.bodies = self.course.root / ".grading" / "bodies"
         clear_left(self.bodies)
         self.readers = Readers(self.course)
+        self.sending: Counter[str] = Counter()  # bodies each student is sending now
         self.prefix = prefix
         self.public_url = os.environ.get("JUPYTERHUB_PUBLIC_URL") or prefix
 
@@ -203,6 +205,7 @@ class RequestsAPI(Handler):
     body: Body | None = None
     xsrf_owed = False
     posted = False
+    sending = ""  # the student whose count of bodies being sent this one is in, until it ends
 
     async def prepare(self) -> None:
         await super().prepare()
@@ -211,7 +214,13 @@ class RequestsAPI(Handler):
         if not self.on_roster:  # an admin too: a quota is a student's
             raise web.HTTPError(403, "%s", not_on_roster(self.user))
         self.service.policies.load()
-        self.max_bytes = self.service.policies.settings.max_notebook_mb * MiB
+        settings, sending = self.service.policies.settings, self.service.sending
+        if sending[self.user] >= settings.max_sending:
+            raise web.HTTPError(429, "%s", f"You are already sending {sending[self.user]} notebook(s), the most a "
+                                           "student may send at once: wait for them to arrive, then send again.")
+        sending[self.user] += 1
+        self.sending = self.user
+        self.max_bytes = settings.max_notebook_mb * MiB
         try:
             declared = int(self.request.headers.get("Content-Length", "0"))
         except ValueError:
@@ -277,6 +286,12 @@ class RequestsAPI(Handler):
     def on_finish(self) -> None:
         if self.body:
             self.body.discard()
+        if self.sending:  # once: a connection closed mid-body ends its request here too
+            counts = self.service.sending
+            counts[self.sending] -= 1
+            if counts[self.sending] <= 0:
+                del counts[self.sending]
+            self.sending = ""
 
     def on_connection_close(self) -> None:
         """A client gone before its body ended; once posted, the body stays for the child reading it
@@ -351,7 +366,8 @@ def serve(root: Path) -> None:
     pipeline.isolation_for(service.course)  # no sandbox: say so now, not in every worker
     ioloop.IOLoop.current().run_in_executor(None, service.readers.start)  # the readers' imports take seconds
     where = urlparse(url)
-    app.listen(where.port or 80, address=where.hostname or "", max_body_size=OTHER_BODIES)
+    app.listen(where.port or 80, address=where.hostname or "", max_body_size=OTHER_BODIES,
+               body_timeout=service.policies.settings.body_seconds)
     supervisor = Supervisor(root, service.policies, service.store)
     supervisor.start()
     ioloop.PeriodicCallback(supervisor.tick, 500).start()
