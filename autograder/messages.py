@@ -1,4 +1,5 @@
-"""The closed catalogue of what a student is told about a hidden run before the deadline.
+"""The closed catalogue of what a student is told about a hidden run: every text of an item told in
+words before the deadline, and every probe's message, then and after.
 
 A hidden run's process is the student's: whatever it reports about itself (an event's name, a
 probe's error text, a reason for tampering) could carry a hidden input out, word for word. So a
@@ -17,8 +18,10 @@ values of their kind, checked here, on the trusted side:
 
 A run's death, or its stop as tampered, may be told as ``Your answer cell: `` and the text (the
 cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
-it. A text that is none of these is not shown: the student gets the status's own sentence instead, and the
-full text stays with the instructor (the feedback pages and the gradebook).
+it. A text that is none of these is not shown: the student gets the status's own sentence
+instead, and the full text stays with the instructor (the feedback pages and the gradebook).
+The texts that make these (:func:`autograder.run_reply.death`, :mod:`autograder.judge`) write
+them out again; ``tests/test_closed_messages.py`` holds the two to each other.
 """
 
 from __future__ import annotations
