@@ -20,8 +20,8 @@ A run's death, or its stop as tampered, may be told as ``Your answer cell: `` an
 cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
 it. A text that is none of these is not shown: the student gets the status's own sentence
 instead, and the full text stays with the instructor (the feedback pages and the gradebook).
-The texts that make these (:func:`autograder.run_reply.death`, :mod:`autograder.judge`) write
-them out again; ``tests/test_closed_messages.py`` holds the two to each other.
+A death's text is made here (:func:`render`); the judge's texts are written out again in
+:mod:`autograder.judge`, and ``tests/test_closed_messages.py`` holds the two to each other.
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ from transformer_lm.sandboxed.student_objects import KINDS
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=True)) + r"|\d{1,3}"
 
-DEATHS = (
-    "It ran for more than {seconds:number} s and was stopped (an endless loop, or far too slow).",
-    "Its processes held more than {gib:number} GiB of memory together, and it was stopped.",
-    "The process was killed, and the grading process with it.",
-    "The process was killed (a segmentation fault).",
-    "The process was killed (out of memory or killed).",
-    "The process was killed (an abort).",
-    "The process was killed (signal {name:signal}).",
-    "The process exited (code {code:number}) before finishing, e.g. by os._exit or sys.exit.",
-    "The notebook used up its total time before this check ran.",
-)
+DEATH = {
+    "too_long": "It ran for more than {seconds:number} s and was stopped (an endless loop, or far too slow).",
+    "memory": "Its processes held more than {gib:number} GiB of memory together, and it was stopped.",
+    "lost": "The process was killed, and the grading process with it.",
+    "SIGSEGV": "The process was killed (a segmentation fault).",
+    "SIGKILL": "The process was killed (out of memory or killed).",
+    "SIGABRT": "The process was killed (an abort).",
+    "signal": "The process was killed (signal {name:signal}).",
+    "exited": "The process exited (code {code:number}) before finishing, e.g. by os._exit or sys.exit.",
+    "out_of_time": "The notebook used up its total time before this check ran.",
+}
+DEATHS = tuple(DEATH.values())
 """How a run that did not finish ended (:func:`autograder.run_reply.death`, :mod:`autograder.runner`)."""
 
 TAMPERING = (
@@ -110,6 +111,11 @@ STATUS_SENTENCES = {
 SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
 TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
 SLOT = re.compile(r"\{(\w+):(\w+)\}")
+
+
+def render(template: str, **values) -> str:
+    """``template`` with each slot filled with the value of its name."""
+    return SLOT.sub(lambda slot: str(values[slot.group(1)]), template)
 
 
 def _names(names: Iterable[str]) -> str:

@@ -13,7 +13,7 @@ from safetensors.torch import load
 from autograder import journal, messages, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
-from autograder.messages import TAMPERING
+from autograder.messages import DEATH, TAMPERING, render
 
 MAX_RECORD_BYTES = 16 * 2**20
 SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
@@ -47,20 +47,16 @@ def death(reply: sandbox.Reply, watchdog_fired: bool, cell_seconds: float, memor
     """The status and words for a run that did not finish, under its limits of time (a cell's) and
     memory (all its processes')."""
     if watchdog_fired or reply.timed_out:
-        return "timeout", (f"It ran for more than {cell_seconds:.0f} s and was stopped "
-                           "(an endless loop, or far too slow).")
+        return "timeout", render(DEATH["too_long"], seconds=f"{cell_seconds:.0f}")
     if (reply.text or "").split()[2:] == ["memory"]:
-        return "killed", (f"Its processes held more than {memory_bytes / 2**30:g} GiB of memory together, "
-                          "and it was stopped.")
+        return "killed", render(DEATH["memory"], gib=f"{memory_bytes / 2**30:g}")
     code = exit_code(reply)
     if code is None:
-        return "killed", "The process was killed, and the grading process with it."
+        return "killed", DEATH["lost"]
     if code < 0:
         name = SIGNAL_NAMES.get(-code, str(-code))  # a real-time signal (34 to 64) has no name of its own
-        why = {"SIGSEGV": "a segmentation fault", "SIGKILL": "out of memory or killed",
-               "SIGABRT": "an abort"}.get(name, f"signal {name}")
-        return "killed", f"The process was killed ({why})."
-    return "error", f"The process exited (code {code}) before finishing, e.g. by os._exit or sys.exit."
+        return "killed", DEATH.get(name) or render(DEATH["signal"], name=name)
+    return "error", render(DEATH["exited"], code=code)
 
 
 def exit_code(reply: sandbox.Reply) -> int | None:

@@ -26,6 +26,7 @@ import transformer_lm
 from autograder import journal, sandbox
 from autograder.preflight import Preflight
 from autograder.run_plan import plan_of
+from autograder.messages import DEATH
 from autograder.run_reply import ending, exit_code, load_record, probe_message
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
@@ -254,7 +255,7 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
         if not attempts.run_once(remaining):
             break
     for pid in prepared:
-        result.outcomes.setdefault(pid, ProbeOutcome("timeout", "The notebook used up its total time before this check ran."))
+        result.outcomes.setdefault(pid, ProbeOutcome("timeout", DEATH["out_of_time"]))
     return result
 
 
