@@ -9,6 +9,7 @@ from dataclasses import replace
 from autograder import runner
 from autograder.assignment import WITH_COURSE_CODE, Assignment
 from autograder.forbidden import found_in_trace
+from autograder.messages import OUTCOME, render
 from autograder.preflight import Preflight
 from autograder.results import NOT_WRITTEN, ItemResult
 from autograder.spec import Explains, Item
@@ -26,7 +27,7 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     flags = pre.flags if flags is None else flags
     base = dict(grade_id=item.grade_id, notebook=notebook, max_score=item.points, score=0.0, answer=item.answer_id)
     if pre.fatal:
-        status = "missing" if pre.fatal.startswith("No notebook") else "error"
+        status = "missing" if pre.fatal == OUTCOME["no_notebook"] else "error"
         return ItemResult(status=status, message=pre.fatal, **base)
     if item.grade_id in pre.item_status:
         status, message = pre.item_status[item.grade_id]
@@ -35,7 +36,7 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     charged = {pre.answer(other.answer).index for other in (earlier or {}).values()
                if other.status == "forbidden" and pre.answer(other.answer)}
     result = _judge_probes(item, [f"{item.grade_id}.{i}" for i in range(len(item.checks))], assignment, pre, run,
-                           ItemResult(status="passed", message="All hidden checks passed.", **base), charged, flags)
+                           ItemResult(status="passed", message=OUTCOME["passed"], **base), charged, flags)
     if result.status != "passed":
         result = _charged_once(item, result, assignment, pre, run, earlier or {}, flags)
     if result.status != "passed":
@@ -96,9 +97,7 @@ def _forbidden_call(item: Item, outcome: runner.ProbeOutcome, own: int | None, a
                 f"(seen in what ran, not in its text).")
         if flag not in flags:
             flags.append(flag)
-        return replace(failed, status="forbidden", message=f"While it was checked, the answer ran "
-                       f"{', '.join(used)}, the library version of what this exercise asks you to write yourself "
-                       "(the grader sees the operations that run, whatever name reached them).")
+        return replace(failed, status="forbidden", message=render(OUTCOME["forbidden_ran"], calls=", ".join(used)))
     if outcome.status != "forbidden":
         return None
     owner = next((cell for cell in outcome.absent_from if cell in answer_cells), None)
@@ -110,9 +109,7 @@ def _forbidden_call(item: Item, outcome: runner.ProbeOutcome, own: int | None, a
     if flag not in flags:
         flags.append(flag)
     names = sorted({forbidden_name(path) for path in item.forbids})
-    return replace(failed, status="forbidden", message=f"While it was checked, the answer called the library "
-                   f"version of what this exercise asks you to write yourself ({' or '.join(names)}, which "
-                   f"is not available while the item is graded).")
+    return replace(failed, status="forbidden", message=render(OUTCOME["forbidden_absent"], calls=" or ".join(names)))
 
 
 def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignment: Assignment, pre: Preflight,
@@ -161,8 +158,7 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
         where = " and ".join(below)
         course = _judge_probes(item, pids, assignment, pre, run, replace(
             result, status="passed", hint="", mistake=None,
-            message=f"All hidden checks passed, run on the course's {names} in place of yours, because {where} did "
-                    f"not pass and lost its points there (one mistake costs points once)."), set(), flags)
+            message=render(OUTCOME["passed_on_course_code"], stand_ins=names, below=where)), set(), flags)
         if course.status == "failed":
             course.message = f"With the course's {names} in place of yours: {course.message}"
         return course if course.status in ("passed", "failed") else result
@@ -170,6 +166,5 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
                     and other.status == "failed" and result.mistake and other.mistake == result.mistake), None)
     if charged and result.status == "failed":
         return replace(result, status="passed", hint="", mistake=None,
-                       message=f"All else is right: this item fails only by the mistake charged in "
-                               f"{charged.grade_id} ({result.mistake}), and one mistake costs points once.")
+                       message=render(OUTCOME["charged_once"], item=charged.grade_id, mistake=result.mistake))
     return result

@@ -37,6 +37,16 @@ from transformer_lm.sandboxed.student_objects import KINDS
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=True)) + r"|\d{1,3}"
 
+SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
+TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
+SLOT = re.compile(r"\{(\w+):(\w+)\}")
+
+
+def render(template: str, **values) -> str:
+    """``template`` with each slot filled with the value of its name."""
+    return SLOT.sub(lambda slot: str(values[slot.group(1)]), template)
+
+
 DEATH = {
     "too_long": "It ran for more than {seconds:number} s and was stopped (an endless loop, or far too slow).",
     "memory": "Its processes held more than {gib:number} GiB of memory together, and it was stopped.",
@@ -58,22 +68,25 @@ TAMPERING = (
 )
 """Why the grader stopped a run as tampered, as a student is told it (the instructor gets the details)."""
 
-OUTCOMES = (
-    "All hidden checks passed.",
-    "All hidden checks passed, run on the course's {stand_ins:names} in place of yours, because {below:names} did "
-    "not pass and lost its points there (one mistake costs points once).",
-    "All else is right: this item fails only by the mistake charged in {item:item} ({mistake:mistake}), and one "
-    "mistake costs points once.",
-    "The answer cell was missing from the notebook.",
-    "No notebook was submitted for this part of the assignment.",
-    "The answer uses {calls:names}, the library version of what this exercise asks you to write yourself.",
-    "While it was checked, the answer ran {calls:names}, the library version of what this exercise asks you to write "
-    "yourself (the grader sees the operations that run, whatever name reached them).",
-    "While it was checked, the answer called the library version of what this exercise asks you to write yourself "
-    "({calls:names}, which is not available while the item is graded).",
-    *(f"The grader stopped the run: {why}." for why in TAMPERING),
-    *DEATHS,
-)
+OUTCOME = {
+    "passed": "All hidden checks passed.",
+    "passed_on_course_code": "All hidden checks passed, run on the course's {stand_ins:names} in place of yours, "
+                             "because {below:names} did not pass and lost its points there (one mistake costs points "
+                             "once).",
+    "charged_once": "All else is right: this item fails only by the mistake charged in {item:item} "
+                    "({mistake:mistake}), and one mistake costs points once.",
+    "no_cell": "The answer cell was missing from the notebook.",
+    "no_notebook": "No notebook was submitted for this part of the assignment.",
+    "forbidden_text": "The answer uses {calls:names}, the library version of what this exercise asks you to write "
+                      "yourself.",
+    "forbidden_ran": "While it was checked, the answer ran {calls:names}, the library version of what this exercise "
+                     "asks you to write yourself (the grader sees the operations that run, whatever name reached "
+                     "them).",
+    "forbidden_absent": "While it was checked, the answer called the library version of what this exercise asks you "
+                        "to write yourself ({calls:names}, which is not available while the item is graded).",
+    "stopped": "The grader stopped the run: {why:reason}.",
+}
+OUTCOMES = (*OUTCOME.values(), *DEATHS)
 """Every whole text of an item whose status a student sees in words (passed, missing, forbidden,
 tampered, timeout, killed)."""
 
@@ -102,21 +115,11 @@ STATUS_SENTENCES = {
     "passed": "All hidden checks passed.",
     "missing": "The answer cell was missing from the notebook.",
     "forbidden": "The answer used the library version of what this exercise asks you to write yourself.",
-    "tampered": f"The grader stopped the run: {TAMPERING[0]}.",
+    "tampered": render(OUTCOME["stopped"], why=TAMPERING[0]),
     "timeout": "It ran for too long and was stopped (an endless loop, or far too slow).",
     "killed": "The process was killed.",
 }
 """What a student is told of an item of a status whose text is not in the catalogue."""
-
-SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
-TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
-SLOT = re.compile(r"\{(\w+):(\w+)\}")
-
-
-def render(template: str, **values) -> str:
-    """``template`` with each slot filled with the value of its name."""
-    return SLOT.sub(lambda slot: str(values[slot.group(1)]), template)
-
 
 def _names(names: Iterable[str]) -> str:
     one = "|".join(sorted((re.escape(n) for n in set(names) if n), key=len, reverse=True)) or "(?!)"
@@ -126,7 +129,7 @@ def _names(names: Iterable[str]) -> str:
 def _pattern(template: str, names: str) -> str:
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
     kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
-             "type": TYPES}
+             "type": TYPES, "reason": "|".join(re.escape(why) for why in TAMPERING)}
     parts, end = [], 0
     for slot in SLOT.finditer(template):
         parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
@@ -138,7 +141,7 @@ def grammar(names: Iterable[str]) -> re.Pattern:
     """The catalogue's texts, with ``names`` the course's own names (items, answers, stand-ins,
     forbidden calls)."""
     names = _names(names)
-    stops = "|".join(_pattern(t, names) for t in (*DEATHS, *(f"The grader stopped the run: {why}." for why in TAMPERING)))
+    stops = "|".join(_pattern(t, names) for t in (*DEATHS, OUTCOME["stopped"]))
     whole = "|".join(_pattern(t, names) for t in OUTCOMES)
     return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?", re.S)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autograder.cells import grade_ids, marks, role, source_text
 from autograder.forbidden import found_in_text
+from autograder.messages import OUTCOME, render
 from autograder.notebook_data import read_notebook, shown
 from transformer_lm.source_scan import mentioned_names
 
@@ -119,7 +120,7 @@ def _restore(student: list[dict], release: list[dict], flags: list[str]) -> tupl
 def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
     """Reads and repairs one submitted notebook against its release, for the given items."""
     if path is None:
-        return Preflight(fatal="No notebook was submitted for this part of the assignment.")
+        return Preflight(fatal=OUTCOME["no_notebook"])
     result = Preflight()
     data, fatal = read_notebook(path, result.flags)
     if fatal:
@@ -139,11 +140,10 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         if answer is None:
             continue
         if item.answer_id in lost:
-            result.item_status[item.grade_id] = ("missing", "The answer cell was missing from the notebook.")
+            result.item_status[item.grade_id] = ("missing", OUTCOME["no_cell"])
             continue
         used = found_in_text(item.forbids, mentioned_names(answer.source)) if item.forbids else []
         if used:
             result.item_status[item.grade_id] = (
-                "forbidden", f"The answer uses {', '.join(used)}, the library version of what this exercise "
-                             f"asks you to write yourself.")
+                "forbidden", render(OUTCOME["forbidden_text"], calls=", ".join(used)))
     return result

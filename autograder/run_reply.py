@@ -13,7 +13,7 @@ from safetensors.torch import load
 from autograder import journal, messages, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
-from autograder.messages import DEATH, TAMPERING, render
+from autograder.messages import DEATH, OUTCOME, TAMPERING, render
 
 MAX_RECORD_BYTES = 16 * 2**20
 SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
@@ -78,4 +78,4 @@ def ending(reading: journal.Reading, reply: sandbox.Reply, fired: bool, cell_sec
     plan, changed, lost = TAMPERING
     why = changed if reading.guard or (code == TAMPERED_EXIT and not reading.tampered) else \
         lost if code == RUN_LOST_ITS_REPORT and not reading.tampered else plan
-    return "tampered", f"The grader stopped the run: {why}.", reading.tampered or why
+    return "tampered", render(OUTCOME["stopped"], why=why), reading.tampered or why
