@@ -20,8 +20,8 @@ A run's death, or its stop as tampered, may be told as ``Your answer cell: `` an
 cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
 it. A text that is none of these is not shown: the student gets the status's own sentence
 instead, and the full text stays with the instructor (the feedback pages and the gradebook).
-A death's text is made here (:func:`render`); the judge's texts are written out again in
-:mod:`autograder.judge`, and ``tests/test_closed_messages.py`` holds the two to each other.
+The grader makes these texts from here (:func:`render` of :data:`DEATH` and :data:`OUTCOME`), so a
+text it writes and the catalogue's cannot drift apart.
 """
 
 from __future__ import annotations
