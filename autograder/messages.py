@@ -26,6 +26,7 @@ text it writes and the catalogue's cannot drift apart.
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from collections.abc import Iterable
@@ -112,8 +113,8 @@ as the task asks; its names are those of the run's plan (the objects it calls, t
 PROBE_FALLBACK = "The check could not call your code as the task asks (see the visible checks)."
 
 STATUS_SENTENCES = {
-    "passed": "All hidden checks passed.",
-    "missing": "The answer cell was missing from the notebook.",
+    "passed": OUTCOME["passed"],
+    "missing": OUTCOME["no_cell"],
     "forbidden": "The answer used the library version of what this exercise asks you to write yourself.",
     "tampered": render(OUTCOME["stopped"], why=TAMPERING[0]),
     "timeout": "It ran for too long and was stopped (an endless loop, or far too slow).",
@@ -121,28 +122,39 @@ STATUS_SENTENCES = {
 }
 """What a student is told of an item of a status whose text is not in the catalogue."""
 
+
 def _names(names: Iterable[str]) -> str:
     one = "|".join(sorted((re.escape(n) for n in set(names) if n), key=len, reverse=True)) or "(?!)"
     return rf"(?:{one})(?:(?:, | and | or )(?:{one}))*"
 
 
-def _pattern(template: str, names: str) -> str:
+def _alternatives(texts: Iterable[str], names: Iterable[str]) -> str:
+    """``texts`` as one pattern, each slot matching what its kind allows, with ``names`` the names allowed."""
+    names = _names(names)
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
     kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
              "type": TYPES, "reason": "|".join(re.escape(why) for why in TAMPERING)}
-    parts, end = [], 0
-    for slot in SLOT.finditer(template):
-        parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
-        end = slot.end()
-    return "".join(parts) + re.escape(template[end:])
+
+    def pattern(template: str) -> str:
+        parts, end = [], 0
+        for slot in SLOT.finditer(template):
+            parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
+            end = slot.end()
+        return "".join(parts) + re.escape(template[end:])
+
+    return "|".join(map(pattern, texts))
 
 
 def grammar(names: Iterable[str]) -> re.Pattern:
     """The catalogue's texts, with ``names`` the course's own names (items, answers, stand-ins,
-    forbidden calls)."""
-    names = _names(names)
-    stops = "|".join(_pattern(t, names) for t in (*DEATHS, OUTCOME["stopped"]))
-    whole = "|".join(_pattern(t, names) for t in OUTCOMES)
+    forbidden calls); made once for each set of names (and of catalogued mistakes)."""
+    return _grammar(frozenset(names), frozenset(catalog.BY_NAME))
+
+
+@functools.lru_cache(maxsize=32)
+def _grammar(names: frozenset[str], _mistakes: frozenset[str]) -> re.Pattern:
+    whole = _alternatives((text for key, text in OUTCOME.items() if key != "stopped"), names)
+    stops = _alternatives((*DEATHS, OUTCOME["stopped"]), names)
     return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?", re.S)
 
 
@@ -156,9 +168,13 @@ def course_names(assignment) -> set[str]:
 
 
 def probe_grammar(names: Iterable[str]) -> re.Pattern:
-    """A probe's texts, with ``names`` those of the run's plan."""
-    names = _names(names)
-    return re.compile("|".join(_pattern(t, names) for t in PROBES), re.S)
+    """A probe's texts, with ``names`` those of the run's plan; made once for each set of names."""
+    return _probe_grammar(frozenset(names))
+
+
+@functools.lru_cache(maxsize=32)
+def _probe_grammar(names: frozenset[str]) -> re.Pattern:
+    return re.compile(_alternatives(PROBES, names), re.S)
 
 
 def conforms(text: str, pattern: re.Pattern) -> bool:

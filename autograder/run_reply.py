@@ -76,6 +76,8 @@ def ending(reading: journal.Reading, reply: sandbox.Reply, fired: bool, cell_sec
     if not (reading.tampered or code in (TAMPERED_EXIT, RUN_LOST_ITS_REPORT)):
         return (*death(reply, fired, cell_seconds, memory_bytes), "")
     plan, changed, lost = TAMPERING
-    why = changed if reading.guard or (code == TAMPERED_EXIT and not reading.tampered) else \
-        lost if code == RUN_LOST_ITS_REPORT and not reading.tampered else plan
+    if reading.tampered:
+        why = changed if reading.guard else plan
+    else:
+        why = changed if code == TAMPERED_EXIT else lost
     return "tampered", render(OUTCOME["stopped"], why=why), reading.tampered or why

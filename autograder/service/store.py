@@ -82,7 +82,6 @@ FAILED_COUNTS = ("It counts as one of your checks, so that such a notebook canno
 """The end of a failed request's message: why it costs a check, and what to do."""
 
 
-
 @dataclass
 class Request:
     """One row of ``requests``; ``content`` (the notebook's bytes) is loaded only for a worker."""
