@@ -44,16 +44,20 @@ ARTIFACTS = tools.REPO_ROOT / "artifacts" / "service"
 SOLUTION = tools.read(tools.REPO_ROOT / "source" / A / NB)
 RELEASE = tools.read(tools.REPO_ROOT / "release" / A / NB)
 ANSWER_S = 180  # the longest a test waits for one answer on this shared machine
+ALL_AT_ONCE = {"max_sending": 20}  # for tests of another limit than the bodies one student sends at once
 BODY_SECONDS = 15  # how long the module's service lets a body take (read when it starts)
 
 
 def settings(max_attempts: int = 3, service: dict | None = None, **policy) -> str:
-    """The course's ``c.CheckService`` lines: ``policy`` for the assignment, ``service`` for the rest."""
+    """The course's ``c.CheckService`` lines: ``policy`` for the assignment, ``service`` for the rest.
+    ``body_seconds`` is always written: the service reads it when it starts, and a test that kills
+    the service starts it again from these lines."""
+    service = {"body_seconds": BODY_SECONDS, **(service or {})}
     policy = {"open": True, "per_hour": 100, "in_all": 1000, "show": "hint", **policy}
     return (f"c.CheckService.assignments = {{{A!r}: {policy!r}}}\nc.CheckService.workers = 2\n"
             f"c.CheckService.max_waiting = 20\nc.CheckService.max_notebook_mb = 1\n"
             f"c.CheckService.max_refused_per_hour = 20\nc.CheckService.max_attempts = {max_attempts}\n"
-            + "".join(f"c.CheckService.{name} = {value!r}\n" for name, value in (service or {}).items()))
+            + "".join(f"c.CheckService.{name} = {value!r}\n" for name, value in service.items()))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +65,7 @@ def hub(tmp_path_factory):
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
     folder = tmp_path_factory.mktemp("hub")
-    course = hub_tools.make_course(folder / "course", A, settings(service={"body_seconds": BODY_SECONDS}))
+    course = hub_tools.make_course(folder / "course", A, settings())
     running = hub_tools.start_hub(folder / "hub", course)
     try:
         yield running
@@ -243,8 +247,9 @@ def test_a_malformed_notebook_is_checked_and_no_hidden_input_shows_through_an_ex
 
 
 def test_sixty_requests_from_three_students_at_once(hub):
-    """Every request is answered; the hour's limit holds exactly; the times go to the closing note."""
-    set_policy(hub, per_hour=5)
+    """Every request is answered; the hour's limit holds exactly; the times go to the closing note.
+    Each student may send all 20 at once here (``max_sending``): the limit under test is the hour's."""
+    set_policy(hub, per_hour=5, service=ALL_AT_ONCE)
     users = ("carol", "dan", "erin")
     tokens = {user: hub.token_for(user) for user in users}
 
@@ -459,8 +464,9 @@ def test_a_flood_of_refused_requests_is_bounded_in_the_database_and_the_admin_pa
     """mallory sends 100 non-notebooks with a megabyte of file name each, twenty at a time: 20 are
     refused and recorded (her limit of refusals), the rest answered 429 and not stored. The file's
     pages in use grow by less than the bound the README states for a student, and the admin's
-    pages, each bounded, show every request."""
-    set_policy(hub)
+    pages, each bounded, show every request. All twenty may be in flight at once (``max_sending``):
+    the limit under test is the refusals'."""
+    set_policy(hub, service=ALL_AT_ONCE)
     token, before, used = hub.token_for("mallory"), len(rows(hub)), database_used(hub)
     essay = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     with ThreadPoolExecutor(max_workers=20) as pool:
