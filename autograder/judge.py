@@ -9,9 +9,9 @@ from dataclasses import replace
 from autograder import runner
 from autograder.assignment import WITH_COURSE_CODE, Assignment
 from autograder.forbidden import found_in_trace
-from autograder.messages import OUTCOME, render
+from autograder.messages import ON_COURSE_CODE, OUTCOME, render
 from autograder.preflight import Preflight
-from autograder.results import NOT_WRITTEN, ItemResult
+from autograder.results import ItemResult
 from autograder.spec import Explains, Item
 from transformer_lm.forbidding import forbidden_name
 from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL
@@ -118,7 +118,7 @@ def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignmen
     answer = pre.answer(item.answer_id)
     prepared = assignment.prepared[pid]
     if outcome.status == "todo":
-        return replace(failed, message=f"{NOT_WRITTEN}: the answer still raises NotImplementedError.")
+        return replace(failed, message=OUTCOME["not_written"])
     if outcome.status != "ok":
         problem = run.cell_problems.get(answer.index) if answer else None
         message = outcome.message
@@ -160,7 +160,7 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
             result, status="passed", hint="", mistake=None,
             message=render(OUTCOME["passed_on_course_code"], stand_ins=names, below=where)), set(), flags)
         if course.status == "failed":
-            course.message = f"With the course's {names} in place of yours: {course.message}"
+            course.message = render(ON_COURSE_CODE, stand_ins=names) + course.message
         return course if course.status in ("passed", "failed") else result
     charged = next((other for other in earlier.values() if other.answer == item.answer_id
                     and other.status == "failed" and result.mistake and other.mistake == result.mistake), None)

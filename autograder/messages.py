@@ -26,13 +26,16 @@ text it writes and the catalogue's cannot drift apart.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import re
 import signal
 from collections.abc import Iterable
 
+from autograder.results import NOT_WRITTEN
 from transformer_lm import catalog
 from transformer_lm.forbidding import forbidden_name, runtime_names
+from transformer_lm.judging import is_builtin_exception
 from transformer_lm.sandboxed.student_objects import KINDS
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
@@ -40,6 +43,7 @@ SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=
 
 SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
 TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
+EXCEPTIONS = "|".join(sorted((name for name in dir(builtins) if is_builtin_exception(name)), key=len, reverse=True))
 SLOT = re.compile(r"\{(\w+):(\w+)\}")
 
 
@@ -86,6 +90,7 @@ OUTCOME = {
     "forbidden_absent": "While it was checked, the answer called the library version of what this exercise asks you "
                         "to write yourself ({calls:names}, which is not available while the item is graded).",
     "stopped": "The grader stopped the run: {why:reason}.",
+    "not_written": f"{NOT_WRITTEN}: the answer still raises NotImplementedError.",
 }
 OUTCOMES = (*OUTCOME.values(), *DEATHS)
 """Every whole text of an item whose status a student sees in words (passed, missing, forbidden,
@@ -112,6 +117,18 @@ PROBES = (
 as the task asks; its names are those of the run's plan (the objects it calls, the tensors it loads)."""
 PROBE_FALLBACK = "The check could not call your code as the task asks (see the visible checks)."
 
+ON_COURSE_CODE = "With the course's {stand_ins:names} in place of yours: "
+"""Put before the text of an item judged on the course's code in place of the answers it builds on."""
+
+HIDDEN = {
+    "differs": "A hidden check found results that differ from the reference's.",
+    "raised": "Your code raised {exception:exception} on a hidden check. Run the visible checks to see it happen.",
+    "error": "Your code failed on a hidden check. Run the visible checks to see it happen.",
+}
+"""What a student is told before the deadline of a failure or an error, whose full text names the
+hidden inputs (the feedback pages give it after grading): what kind of problem it was, and at most
+the name of one of Python's own exceptions."""
+
 STATUS_SENTENCES = {
     "passed": OUTCOME["passed"],
     "missing": OUTCOME["no_cell"],
@@ -133,7 +150,7 @@ def _alternatives(texts: Iterable[str], names: Iterable[str]) -> str:
     names = _names(names)
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
     kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
-             "type": TYPES, "reason": "|".join(re.escape(why) for why in TAMPERING)}
+             "type": TYPES, "exception": EXCEPTIONS, "reason": "|".join(re.escape(why) for why in TAMPERING)}
 
     def pattern(template: str) -> str:
         parts, end = [], 0
@@ -153,9 +170,17 @@ def grammar(names: Iterable[str]) -> re.Pattern:
 
 @functools.lru_cache(maxsize=32)
 def _grammar(names: frozenset[str], _mistakes: frozenset[str]) -> re.Pattern:
-    whole = _alternatives((text for key, text in OUTCOME.items() if key != "stopped"), names)
+    whole = _alternatives([*(text for key, text in OUTCOME.items() if key not in ("stopped", "not_written")),
+                           *STATUS_SENTENCES.values()], names)
     stops = _alternatives((*DEATHS, OUTCOME["stopped"]), names)
-    return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?", re.S)
+    hidden = _alternatives((OUTCOME["not_written"], *HIDDEN.values()), names)
+    return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?"
+                      rf"|(?:{_on_course_code(names).pattern})?(?:{hidden})", re.S)
+
+
+@functools.lru_cache(maxsize=32)
+def _on_course_code(names: frozenset[str]) -> re.Pattern:
+    return re.compile(_alternatives([ON_COURSE_CODE], names))
 
 
 def course_names(assignment) -> set[str]:
@@ -182,9 +207,19 @@ def conforms(text: str, pattern: re.Pattern) -> bool:
     return isinstance(text, str) and pattern.fullmatch(text) is not None
 
 
-def public(status: str, text: str, pattern: re.Pattern) -> str:
-    """What a student may read of an item of ``status`` whose text is ``text``: the text itself when
-    the catalogue holds it, else the status's own sentence (empty for a status told otherwise)."""
-    if conforms(text, pattern):
-        return text
-    return STATUS_SENTENCES.get(status, "")
+def public(status: str, text: str, names: Iterable[str]) -> str:
+    """What a student may read before the deadline of an item of ``status`` whose text is ``text``,
+    with ``names`` the course's own (:func:`course_names`): for a status told in words, the text
+    itself when the catalogue holds it, else the status's own sentence; for a failure or an error,
+    what kind of problem it was (:data:`HIDDEN`), after the note that the course's code stood in."""
+    names, text = frozenset(names), str(text)
+    if status in STATUS_SENTENCES:
+        return text if conforms(text, grammar(names)) else STATUS_SENTENCES[status]
+    start = _on_course_code(names).match(text)
+    prefix, rest = (start.group(), text[start.end():]) if start else ("", text)
+    if rest.startswith(NOT_WRITTEN):
+        return prefix + OUTCOME["not_written"]
+    if status != "error":
+        return prefix + HIDDEN["differs"]
+    exception = re.search(rf"\b(?:{EXCEPTIONS})\b", rest)
+    return prefix + (render(HIDDEN["raised"], exception=exception.group()) if exception else HIDDEN["error"])

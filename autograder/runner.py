@@ -183,7 +183,7 @@ class Worker:
     def run(self, plan: dict, tensors: dict[str, torch.Tensor], seconds: float, watch,
             stages: dict | None = None) -> tuple[sandbox.Reply, Callable[[str], bytes]]:
         """Runs ``plan`` once; returns the harness's answer and a reader of the run's files,
-        which stays valid until the next run. ``stages`` (see :meth:`_Attempts.stages`) goes
+        which stays valid until the next run. ``stages`` (see :meth:`Attempts.stages`) goes
         where only the server reads it."""
         if self.session is not None and not self.session.alive:
             self.session.close()
@@ -243,7 +243,7 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
     as attempts and total time remain.
     """
     settings = worker.settings
-    attempts = _Attempts(pre, prepared, probe_cells, worker, stand_ins or {}, course_code or {})
+    attempts = Attempts(pre, prepared, probe_cells, worker, stand_ins or {}, course_code or {})
     attempts.plan.update(watch=watch or {}, absent=limits.absent, memory_cap=limits.memory_cap)
     result = attempts.result
     deadline = time.monotonic() + settings.total_seconds
@@ -284,7 +284,7 @@ def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Ca
     return watch
 
 
-class _Attempts:
+class Attempts:
     """The runs of one submission: the plan, which loses each cell or probe that killed a run, and
     the result gathered over all runs."""
 
@@ -306,7 +306,7 @@ class _Attempts:
         reading = journal.read(self.worker.events(read), self.plan)
         self.result.refused += reading.refused
         if reading.done and exit_code(reply) == 0 and not reading.tampered:
-            self._record(reading, read)
+            self.record(reading, read)
             return False
         limits = self.worker.settings
         status, message, tampering = ending(reading, reply, bool(fired), limits.cell_seconds, limits.memory_bytes)
@@ -321,7 +321,7 @@ class _Attempts:
         return {"own": own, "stages": [{"pids": [pid for pid in stage if pid not in skip],
                                         "code": self.course_code[stage[0]]} for stage in self.plan["stages"]]}
 
-    def _record(self, reading: journal.Reading, read: Callable[[str], bytes]) -> None:
+    def record(self, reading: journal.Reading, read: Callable[[str], bytes]) -> None:
         """Takes the cells' errors and the probes' outcomes (and records) from a run that finished."""
         result = self.result
         for (kind, ident), event in reading.ended:

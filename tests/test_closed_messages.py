@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import notebook_tools as tools
 from autograder import journal, messages
+from autograder.results import STATUSES
 from autograder.run_reply import ending, probe_message
 from autograder.sandbox import Reply
 from autograder.service.shown import public_message
@@ -23,7 +24,8 @@ PLAN = {"skip_cells": [], "skip_probes": [], "cells": [{"index": 0, "probes": ["
         "stages": [["late.0"]]}
 MARK = "LEAK"
 """What the forging run spells in every text it chooses (a hidden input's shape, say)."""
-CATALOGUE = messages.grammar({"own", "late", "softmax"})
+NAMES = {"own", "late", "softmax"}
+CATALOGUE = messages.grammar(NAMES)
 
 chosen = st.one_of(st.just(MARK), st.text(min_size=1, max_size=20).map(lambda text: text + MARK),
                    st.sampled_from([f"shape (3, 5, 8) {MARK}", f"SIG{MARK}", f"{MARK}Error"]))
@@ -40,7 +42,7 @@ statuses = st.one_of(st.integers(0, 2**16 - 1), st.sampled_from([40 << 8, 40, 9,
 def told(status: str, message: str) -> str:
     """What the service shows of an item of ``status`` with ``message`` (its worker's ``public``)."""
     return public_message({"status": status, "message": message,
-                           "public": messages.public(status, message, CATALOGUE)})
+                           "public": messages.public(status, message, NAMES)})
 
 
 @settings(max_examples=400, deadline=None)
@@ -59,12 +61,21 @@ def test_a_forged_report_and_any_exit_get_only_catalogue_text(prefix, forged, st
                                     "Your code failed on a hidden check. Run the visible checks to see it happen.")
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.sampled_from(sorted(messages.STATUS_SENTENCES)), chosen, st.sampled_from(messages.OUTCOMES))
-def test_any_text_a_run_could_have_made_is_shown_only_as_the_catalogue_has_it(status, words, template):
-    forged = messages.SLOT.sub(lambda _: words, template)
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(STATUSES), chosen, st.sampled_from([*messages.OUTCOMES, *messages.HIDDEN.values()]),
+       st.sampled_from(["", messages.ON_COURSE_CODE]))
+def test_any_text_a_run_could_have_made_is_shown_only_as_the_catalogue_has_it(status, words, template, prefix):
+    """Every status, any template with forged words in its slots, behind the course-code note or not."""
+    forged = messages.SLOT.sub(lambda _: words, prefix + template)
     shown = told(status, forged)
-    assert MARK not in shown and (messages.conforms(shown, CATALOGUE) or shown in messages.STATUS_SENTENCES.values())
+    assert MARK not in shown and messages.conforms(shown, CATALOGUE), shown
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(STATUSES), st.text(max_size=40), chosen)
+def test_any_text_at_all_of_any_status_is_shown_as_catalogue_text(status, text, words):
+    shown = told(status, text + words)
+    assert MARK not in shown and messages.conforms(shown, CATALOGUE), shown
 
 
 def probe_texts() -> set[str]:

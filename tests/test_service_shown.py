@@ -5,7 +5,7 @@ from autograder.service.shown import public_item, public_message
 
 WRONG_ROW = "sliding_window_mask(query_len=7, key_len=7, window=2): row 2 is wrong."
 STAND_INS = "With the course's apply_rope and sliding_window_mask in place of yours: "
-CATALOGUE = messages.grammar({"apply_rope", "sliding_window_mask", "softmax", "scaled_dot_product_attention"})
+NAMES = {"apply_rope", "sliding_window_mask", "softmax", "scaled_dot_product_attention"}
 
 
 def item(status: str, message: str, public: bool = True) -> dict:
@@ -14,7 +14,7 @@ def item(status: str, message: str, public: bool = True) -> dict:
     made = {"grade_id": "sliding_window_mask", "status": status, "score": 0, "max_score": 1, "message": message,
             "mistake": "the sliding window off by one", "hint": "A window of w keys counts the query's own key.",
             "deduction": ""}
-    return {**made, "public": messages.public(status, message, CATALOGUE)} if public else made
+    return {**made, "public": messages.public(status, message, NAMES)} if public else made
 
 
 def test_messages_that_name_hidden_inputs_become_what_kind_of_problem_it_was():

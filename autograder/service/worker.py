@@ -67,9 +67,9 @@ def grade_request(assignments: Assignments, request: Request, sandbox: runner.Wo
         path = Path(folder) / f"{request.notebook}.ipynb"
         path.write_bytes(request.content or b"")
         items, pre = grading.grade_notebook(assignment, request.notebook, path, sandbox)
-    catalogue = messages.grammar(messages.course_names(assignment))
+    names = messages.course_names(assignment)
     return {"score": sum(i.score for i in items), "max_score": sum(i.max_score for i in items),
-            "items": [{**asdict(i), "public": messages.public(i.status, i.message, catalogue)} for i in items],
+            "items": [{**asdict(i), "public": messages.public(i.status, i.message, names)} for i in items],
             "notes": list(pre.flags), "checks_version": assignment.checks_version}
 
 
