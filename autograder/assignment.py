@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autograder import course_code
 from autograder.cells import grade_ids
-from autograder.course import Course, checks_version, generator_for, load_items
+from autograder.course import Course, checks_version, generator_for, load_checks
 from autograder.errors import GradingError
 from autograder.notebook_data import read_notebook
 from autograder.spec import Item
@@ -36,11 +36,13 @@ class Assignment:
     below: dict[str, list[str]] = field(default_factory=dict)  # grade_id -> the items it builds on, at any depth
     stand_ins: dict[str, list[str]] = field(default_factory=dict)  # probe id -> names the course's code replaces
     course_code: dict[str, dict] = field(default_factory=dict)  # grade_id -> its late run's course code (CourseCode)
+    texts: dict[str, str] = field(default_factory=dict)  # the checks file's own TEXTS (its judges' templates)
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
         release, items, prepared, probe_item = {}, {}, {}, {}
-        all_items = load_items(course, name)
+        module = load_checks(course, name)
+        all_items = list(module.ITEMS)
         secret = course.secret()
         located = set()
         for notebook, path in course.release_notebooks(name).items():
@@ -68,7 +70,8 @@ class Assignment:
         late = {probe_item[pid]: names for pid, names in stand_ins.items()}
         code = _course_code(course, name, late, {n for names in defined.values() for n in names})
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
-                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins, code)
+                   {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins, code,
+                   getattr(module, "TEXTS", {}))
 
 
 def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dict[str, list[str]]:

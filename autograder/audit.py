@@ -46,6 +46,7 @@ from autograder.assignment import Assignment  # noqa: E402
 from autograder.course import Course  # noqa: E402
 from autograder.demo import with_answer  # noqa: E402
 from autograder.errors import GradingError  # noqa: E402
+from autograder.feedback_texts import Catalogue, catalogue  # noqa: E402
 from autograder.grading import grade_class  # noqa: E402
 from autograder.results import ItemResult  # noqa: E402
 from transformer_lm import catalog  # noqa: E402
@@ -70,6 +71,7 @@ class Case:
     kind: str  # "mutant", "alternative" or "library"
     grade_id: str
     label: str  # the mistake's name, or the alternative's label
+    source: str = ""  # the answer the bank gives
     items: dict[str, ItemResult] = field(default_factory=dict)
 
     @property
@@ -189,7 +191,7 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
                     folder = audit_course.submission_folder(assignment, student)
                     folder.mkdir(parents=True)
                     (folder / name).write_text(json.dumps(with_answer(solution, answers[grade_id], lambda _: source)))
-                    cases[student] = Case(kind, grade_id, label)
+                    cases[student] = Case(kind, grade_id, label, source)
         isolation = pipeline.isolation_for(audit_course)
         if announce:
             announce(f"Isolation: {isolation.name}", len(cases))
@@ -199,7 +201,21 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
     audits = [ItemAudit(*(grade_id, *([c for c in cases.values() if c.grade_id == grade_id and c.kind == kind]
                                       for kind in ("mutant", "alternative", "library"))))
               for grade_id in answers]
-    return audits, problems(audits, bank.known_gaps)
+    sources = ["".join(cell["source"]) for cell in solution["cells"]]
+    return audits, problems(audits, bank.known_gaps) + outside_catalogue(audits, catalogue(prepared), sources)
+
+
+def outside_catalogue(audits: list[ItemAudit], texts: Catalogue, solution: list[str]) -> list[Problem]:
+    """Every text of the bank's submissions that is not made of the closed catalogue's templates
+    (:mod:`autograder.feedback_texts`): a check that says what no template says."""
+    found = []
+    for audit in audits:
+        for case in (*audit.mutants, *audit.alternatives, *audit.library):
+            for item in case.items.values():
+                if not texts.holds(item.message, [case.source, *solution]):
+                    found.append(Problem(audit.grade_id, case.label, f"the text of {item.grade_id} is not made of "
+                                         f"the catalogue's templates ({item.message[:200]})", ""))
+    return found
 
 
 def _ratio(good: int, total: int) -> str:

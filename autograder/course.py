@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -165,14 +166,20 @@ def checks_version(course: Course, assignment: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def load_items(course: Course, assignment: str) -> list[Item]:
-    """The hidden checks of ``assignment`` (:meth:`Course.checks_file`)."""
+def load_checks(course: Course, assignment: str) -> ModuleType:
+    """The hidden checks file of ``assignment`` (:meth:`Course.checks_file`), run: its ``ITEMS``,
+    and the ``TEXTS`` its own judges say, if any (:mod:`transformer_lm.verdict_texts`)."""
     path = existing_checks_file(course, assignment)
     spec = importlib.util.spec_from_file_location(f"autograder.checks.a_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return list(module.ITEMS)
+    return module
+
+
+def load_items(course: Course, assignment: str) -> list[Item]:
+    """The hidden checks of ``assignment``."""
+    return list(load_checks(course, assignment).ITEMS)
 
 
 def generator_for(secret: bytes, assignment: str, grade_id: str, index: int) -> torch.Generator:

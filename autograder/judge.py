@@ -9,7 +9,7 @@ from dataclasses import replace
 from autograder import runner
 from autograder.assignment import WITH_COURSE_CODE, Assignment
 from autograder.forbidden import found_in_trace
-from autograder.messages import ON_COURSE_CODE, OUTCOME, render
+from autograder.messages import ERRORS, ON_COURSE_CODE, OUTCOME, render
 from autograder.preflight import Preflight
 from autograder.results import ItemResult
 from autograder.spec import Explains, Item
@@ -125,12 +125,12 @@ def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignmen
         if prepared.on_error and outcome.status in ("error", "killed"):
             return replace(failed, message=f"{prepared.on_error} ({outcome.status}: {message})")
         if problem and outcome.status == "error" and "Your answer cell" not in message:
-            message = f"Your answer cell failed: {problem}"
+            message = ERRORS["cell_failed"] + problem
         return replace(failed, status=outcome.status, message=message)
     try:
         verdict = prepared.judge(outcome.record or {}, outcome.value, False)
-    except Exception as error:  # noqa: BLE001 - malformed results are the submission's error
-        return replace(failed, status="error", message=f"The result could not be compared: {error}")
+    except Exception:  # noqa: BLE001 - malformed results are the submission's error
+        return replace(failed, status="error", message=ERRORS["uncompared"])
     if not verdict.passed:
         return replace(failed, message=verdict.message, hint=verdict.hint,
                        mistake=verdict.mistake.title if verdict.mistake else None)

@@ -36,6 +36,7 @@ from autograder.results import NOT_WRITTEN
 from transformer_lm import catalog
 from transformer_lm.forbidding import forbidden_name, runtime_names
 from transformer_lm.judging import is_builtin_exception
+from transformer_lm.verdict_texts import SLOT, render  # noqa: F401 - the grader renders its texts from here
 from transformer_lm.sandboxed.student_objects import KINDS
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
@@ -44,12 +45,14 @@ SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=
 SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
 TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
 EXCEPTIONS = "|".join(sorted((name for name in dir(builtins) if is_builtin_exception(name)), key=len, reverse=True))
-SLOT = re.compile(r"\{(\w+):(\w+)\}")
+OWN_LINE = 200
+"""The most characters of a line of the student's own cell that a text quotes."""
 
 
-def render(template: str, **values) -> str:
-    """``template`` with each slot filled with the value of its name."""
-    return SLOT.sub(lambda slot: str(values[slot.group(1)]), template)
+def own_line(line: str) -> str:
+    """A line of the student's own cell, as an ``own`` slot holds it: what the student wrote, never
+    what a run made, so any text; cut short."""
+    return line.strip()[:OWN_LINE]
 
 
 DEATH = {
@@ -116,6 +119,19 @@ PROBES = (
 """What a probe (:mod:`transformer_lm.sandboxed.probes`) says when it cannot call a student's object
 as the task asks; its names are those of the run's plan (the objects it calls, the tensors it loads)."""
 PROBE_FALLBACK = "The check could not call your code as the task asks (see the visible checks)."
+
+ERRORS = {
+    "cell_failed": "Your answer cell failed: ",
+    "uncompared": "The result could not be compared with the reference's: it is not what the check reads.",
+    "cell_error": "{exception:exception}",
+    "other_error": "an exception",
+    "error_line": " (line {line:number} of its cell: {code:own})",
+    "no_record": "the probe said it saved a record, but there is none",
+    "record_too_large": "the output is far larger than the task asks for",
+    "unreadable_record": "the record could not be read (not a safetensors file of tensors of numbers)",
+}
+"""What the feedback pages say of an error (a cell's, a probe's or a check's): the name of one of
+Python's own exceptions, at most, and the line of the student's own cell it was raised on."""
 
 ON_COURSE_CODE = "With the course's {stand_ins:names} in place of yours: "
 """Put before the text of an item judged on the course's code in place of the answers it builds on."""

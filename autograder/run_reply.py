@@ -13,7 +13,7 @@ from safetensors.torch import load
 from autograder import journal, messages, sandbox
 from autograder.harness.guard import TAMPERED_EXIT
 from autograder.harness.report import RUN_LOST_ITS_REPORT
-from autograder.messages import DEATH, OUTCOME, TAMPERING, render
+from autograder.messages import DEATH, ERRORS, OUTCOME, TAMPERING, render
 
 MAX_RECORD_BYTES = 16 * 2**20
 SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
@@ -33,13 +33,13 @@ def probe_message(error: str, calls: dict) -> str:
 def load_record(data: bytes) -> tuple[dict[str, torch.Tensor] | None, str]:
     """Loads a probe record without pickle, refusing oversized or non-float data."""
     if not data:
-        return None, "the probe said it saved a record, but there is none"
+        return None, ERRORS["no_record"]
     if len(data) > MAX_RECORD_BYTES:
-        return None, "the output is far larger than the task asks for"
+        return None, ERRORS["record_too_large"]
     try:
         record = load(data)
-    except Exception as error:  # noqa: BLE001 - a damaged file is a result
-        return None, f"the record could not be read ({type(error).__name__})"
+    except Exception:  # noqa: BLE001 - a damaged file is a result
+        return None, ERRORS["unreadable_record"]
     return record, ""
 
 

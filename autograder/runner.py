@@ -26,7 +26,7 @@ import transformer_lm
 from autograder import journal, sandbox
 from autograder.preflight import Preflight
 from autograder.run_plan import plan_of
-from autograder.messages import DEATH
+from autograder.messages import DEATH, ERRORS, own_line, render
 from autograder.run_reply import ending, exit_code, load_record, probe_message
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
@@ -349,12 +349,13 @@ class Attempts:
         type and the line of the submitted cell it was raised on."""
         if event.get("kind") == "probe":
             return probe_message(str(event["error"])[:2000], self.plan["calls"])
-        text = str(event["error"]) if is_builtin_exception(event["error"]) else "an exception"
+        text = render(ERRORS["cell_error"], exception=event["error"]) if is_builtin_exception(event["error"]) \
+            else ERRORS["other_error"]
         index, where = self._cell_of(event, reading), event.get("where")
         cell = next((c for c in self.cells if c.index == index), None)
         lines = cell.source.splitlines() if cell else []
         if lines and isinstance(where[1], int) and 0 < where[1] <= len(lines):
-            text += f" (line {where[1]} of its cell: {lines[where[1] - 1].strip()[:200]})"
+            text += render(ERRORS["error_line"], line=where[1], code=own_line(lines[where[1] - 1]))
         return text
 
     @staticmethod

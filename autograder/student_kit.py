@@ -33,8 +33,8 @@ from autograder.errors import GradingError
 PACKAGE = "transformer_lm"
 STUDENT_FILES = (
     "__init__.py", "catalog.py", "flaws.py", "checks.py", "judging.py", "prepared.py", "stored.py", "gpt_judges.py",
-    "tiled_judges.py", "decoder_judges.py", "forbidding.py", "source_scan.py", "style.py", "measure.py",
-    "grader_check.py", "random_weights.py", "capped_call.py", "data/visible_checks.safetensors",
+    "tiled_judges.py", "decoder_judges.py", "verdict_texts.py", "forbidding.py", "source_scan.py", "style.py",
+    "measure.py", "grader_check.py", "random_weights.py", "capped_call.py", "data/visible_checks.safetensors",
     "sandboxed/__init__.py", "sandboxed/probes.py", "sandboxed/student_objects.py", "sandboxed/tensor_trace.py",
     "sandboxed/call_trace.py", "sandboxed/wire.py", "sandboxed/test_values.py", "sandboxed/viz.py",
     "sandboxed/decoder.py", "sandboxed/memory_cap.py", "sandboxed/data/test_values.safetensors",

@@ -9,6 +9,7 @@ import pytest
 import notebook_tools as tools
 from autograder import audit, sandbox
 from autograder.config import load_settings
+from autograder.feedback_texts import TEMPLATES, Catalogue
 from autograder.course import Course
 from autograder.results import ItemResult
 
@@ -67,3 +68,21 @@ def test_a_missed_mutant_a_wrong_name_a_mistake_charged_twice_and_a_lost_alterna
                                                          ("by getattr", False), ("loops", True)]
     assert "cost later too" in found[2].text and "was not refused" in found[3].text
     assert "| `item` | 3/4 (75%) | 2/4 (50%) | 1/2 (50%) | 1/2 (50%) | 1 |" in audit.table(items)
+
+
+def test_a_text_not_made_of_the_catalogue_is_a_problem():
+    """A check that says what no template says (a run's words, or a sentence written outside the
+    catalogue) fails the audit; the catalogue's texts, the course's words and the student's own
+    lines do not."""
+    texts = Catalogue(TEMPLATES, {"softmax_stable(x)", "output"})
+    said = {"kept": "softmax_stable(x): output has shape (2, 3), expected (2, 4).",
+            "own line": "ValueError (line 1 of its cell: y = x.exp())",
+            "run's words": "softmax_stable(x): output has shape (2, 3), expected LEAK.",
+            "written outside": "The output is wrong."}
+    cases = []
+    for label, message in said.items():
+        graded = audit.Case("mutant", "item", label, "y = x.exp()")
+        graded.items = {"item": ItemResult("item", "nb", 0.0, 1.0, "failed", message)}
+        cases.append(graded)
+    found = audit.outside_catalogue([audit.ItemAudit("item", cases, [])], texts, [])
+    assert [problem.label for problem in found] == ["run's words", "written outside"]

@@ -1,7 +1,8 @@
 """What a run reports about its cells and probes reaches a student only as catalogue text: a run
 that finished and ended every step, but filled the ends with words of its own (a cell's or a
 probe's error text, an error's kind, a record's bytes, a probe's plain value, notes of what it ran),
-gives the feedback pages no word it chose, and the service only texts of the closed catalogue
+gives the feedback pages no word it chose and only texts made of the closed catalogue
+(:mod:`autograder.feedback_texts`), and the service only texts of the catalogue
 (:mod:`autograder.messages`). It drives the grader's own reading of a finished run, the judge of
 every item and the service's ``public`` text, with forged journals made by Hypothesis.
 :mod:`tests.test_closed_messages` does the same for runs that died or were stopped."""
@@ -9,7 +10,7 @@ every item and the service's ``public`` text, with forged journals made by Hypot
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
@@ -17,6 +18,7 @@ from autograder import journal, messages, runner
 from autograder.assignment import Assignment
 from autograder.course import Course
 from autograder.demo import make_course
+from autograder.feedback_texts import catalogue
 from autograder.judge import judge_item
 from autograder.preflight import preflight
 
@@ -33,7 +35,7 @@ def course(tmp_path_factory):
     assignment = Assignment.load(Course(root), A)
     notebook = next(iter(assignment.items))
     path = tools.REPO_ROOT / "source" / A / f"{notebook}.ipynb"
-    return assignment, notebook, path
+    return assignment, notebook, path, catalogue(assignment)
 
 
 chosen = st.one_of(st.just(MARK), st.text(max_size=12).map(lambda text: text + MARK),
@@ -62,11 +64,15 @@ def journals(draw, plan: dict) -> list[dict]:
     return [*events, {"event": "done"}]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+NO_SHRINKING = [Phase.explicit, Phase.reuse, Phase.generate]
+"""A failing example is shown as found: shrinking a journal of every step takes minutes."""
+
+
+@settings(max_examples=150, deadline=None, phases=NO_SHRINKING,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.data())
 def test_a_finished_runs_own_words_reach_no_student(course, data):
-    assignment, notebook, path = course
+    assignment, notebook, path, texts = course
     items = assignment.items[notebook]
     pre = preflight(path, assignment.release[notebook], items)
     prepared = {pid: check for pid, check in assignment.prepared.items()
@@ -82,5 +88,6 @@ def test_a_finished_runs_own_words_reach_no_student(course, data):
         result = earlier[item.grade_id] = judge_item(item, notebook, assignment, pre, attempts.result, earlier, [])
         told = [result.message, result.hint or "", result.mistake or "", *pre.flags]
         assert not any(MARK in text for text in told), (item.grade_id, told)
+        assert texts.holds(result.message, [cell.source for cell in pre.cells]), (item.grade_id, result.message)
         public = messages.public(result.status, result.message, names)
         assert messages.conforms(public, messages.grammar(names)), (item.grade_id, result.status, public)

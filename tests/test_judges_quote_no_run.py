@@ -2,7 +2,9 @@
 keys of its own, tensors of any shape and type, plain values that are strings, lists or dicts), the
 verdict's message and hint hold none of it. A run's process is the student's, and a word it chose
 could carry a hidden input out into the feedback pages. Before, the KV-cache size judge quoted a
-returned string, and the parameters judge the names of the module's own parameters."""
+returned string, the parameters judge the names of the module's own parameters, and the tiled
+Function's judge the names of the attributes it left on ctx. And every
+message is made of the closed catalogue's templates (:mod:`autograder.feedback_texts`)."""
 
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ import notebook_tools as tools
 from autograder.assignment import Assignment
 from autograder.course import Course
 from autograder.demo import make_course
+from autograder.feedback_texts import Catalogue, catalogue
 
 MARK = "LEAK"
 ASSIGNMENTS = sorted(path.name for path in (tools.REPO_ROOT / "source").glob("0[1-6]_*"))
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> list[tuple[str, object]]:
-    """Every hidden check of every assignment, prepared as grading prepares it."""
+def prepared(tmp_path_factory) -> list[tuple[str, object, Catalogue]]:
+    """Every hidden check of every assignment, prepared as grading prepares it, with the catalogue
+    of its assignment's texts."""
     found = []
     for name in ASSIGNMENTS:
         root = tmp_path_factory.mktemp(name)
         make_course(root, name, generate=False)
-        found += sorted(Assignment.load(Course(root), name).prepared.items())
+        assignment = Assignment.load(Course(root), name)
+        texts = catalogue(assignment)
+        found += [(pid, check, texts) for pid, check in sorted(assignment.prepared.items())]
     return found
 
 
@@ -46,13 +52,15 @@ def records(draw, expected: dict) -> dict:
     return {key: torch.zeros(draw(shapes), dtype=draw(dtypes)) for key in keys}
 
 
-def told(check, record: dict, value) -> str:
-    """What the grader says of a probe's ``record`` or plain ``value`` (autograder.judge's words for a
-    judge that raised included)."""
+def told(check, record: dict, value, texts: Catalogue) -> str:
+    """What the grader says of a probe's ``record`` or plain ``value``, and its hint, once its
+    message is found made of the catalogue (``texts``). A judge that raised says nothing of it
+    (autograder.judge names only the type of what it raised)."""
     try:
         verdict = check.judge(record, None, False) if record else check.judge_result(value, False)
-    except Exception as error:  # noqa: BLE001 - autograder.judge: "The result could not be compared: {error}"
-        return str(error)
+    except Exception:  # noqa: BLE001 - autograder.judge says ERRORS["uncompared"], no word of it
+        return ""
+    assert texts.holds(verdict.message), verdict.message
     return f"{verdict.message} {verdict.hint or ''}"
 
 
@@ -61,20 +69,24 @@ FORGED_VALUES = [MARK, [MARK, 1], {MARK: [2, 3]}, {"q.weight": [MARK]}, 2**40, [
 
 def test_no_judge_quotes_a_forged_value_or_record(prepared):
     """Every hidden check, each forged answer."""
-    for pid, check in prepared:
+    for pid, check, texts in prepared:
         expected = getattr(check.judge, "expected", None)
         keys = list(expected) if isinstance(expected, dict) else []
         forged = [{MARK: torch.zeros(2)}, {**{key: torch.zeros(1, 2) for key in keys}, MARK: torch.ones(3)},
                   {key: torch.zeros(3, dtype=torch.int64) for key in keys}]
+        shape = getattr(check.judge, "expected_shape", None)
+        if shape is not None:  # a tiled Function that kept a tensor on ctx, under an attribute named by the run
+            forged.append({"output": torch.zeros(shape), "forward.live": torch.tensor(2**40),
+                           f"ctx.{MARK}": torch.tensor([2, 3])})
         for record, value in [*(({}, v) for v in FORGED_VALUES), *((r, None) for r in forged)]:
-            assert MARK not in told(check, record, value), (pid, record, value, told(check, record, value))
+            assert MARK not in told(check, record, value, texts), (pid, record, value)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(st.data())
 def test_no_judge_quotes_what_a_run_sent(prepared, data):
-    pid, check = data.draw(st.sampled_from(prepared))
+    pid, check, texts = data.draw(st.sampled_from(prepared))
     expected = getattr(check.judge, "expected", None)
     record = data.draw(records(expected if isinstance(expected, dict) else {}))
-    assert MARK not in told(check, record, data.draw(plain)), pid
+    assert MARK not in told(check, record, data.draw(plain), texts), pid

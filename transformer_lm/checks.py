@@ -26,6 +26,15 @@ from transformer_lm.prepared import Prepared
 from transformer_lm.random_weights import randomize  # noqa: F401 - for the test cells
 from transformer_lm.sandboxed.student_objects import ProbeError
 from transformer_lm.style import check_style  # noqa: F401 - for the test cells
+from transformer_lm.verdict_texts import render
+
+TEXTS = {
+    "fingerprint_passed": "Gradient fingerprint {expected:numbers}: correct.",
+    "fingerprint": "Gradient fingerprint {got:numbers}, expected {expected:numbers}.",
+    "values_right": " The value gradients are right, so the weights reach the values correctly; look at the mask "
+                    "fill value (-inf) and the softmax.",
+}
+"""What the fingerprint check of assignment 04 says (:mod:`transformer_lm.verdict_texts`)."""
 
 STORED = Path(__file__).parent / "data" / "visible_checks.safetensors"
 """The stored visible checks, made by ``python -m transformer_lm.make_test_values``."""
@@ -173,14 +182,13 @@ def diagnose_fingerprint(fingerprint: list[int]) -> Verdict:
     stored_fingerprints = stored_checks()["fingerprints"]
     expected = stored_fingerprints["expected"]
     if list(fingerprint) == expected:
-        return Verdict("passed", f"Gradient fingerprint {expected}: correct.")
-    message = f"Gradient fingerprint {list(fingerprint)}, expected {expected}."
+        return Verdict("passed", render(TEXTS["fingerprint_passed"], expected=expected))
+    message = render(TEXTS["fingerprint"], got=list(fingerprint), expected=expected)
     for mistake, theirs in stored_fingerprints["mistakes"].items():
         if len(theirs) == len(fingerprint) and all(abs(a - b) <= 1 for a, b in zip(theirs, fingerprint)):
             return Verdict("failed", message, mistake)   # within 1: a mistake's own sums round too
     if fingerprint and fingerprint[-1] == expected[-1]:
-        return Verdict("failed", message + " The value gradients are right, so the weights reach the values "
-                       "correctly; look at the mask fill value (-inf) and the softmax.",
+        return Verdict("failed", message + TEXTS["values_right"],
                        catalog.BY_NAME["mask_filled_with_zero"])
     return Verdict("failed", message)
 

@@ -15,6 +15,49 @@ import torch
 
 from transformer_lm import catalog
 from transformer_lm.judging import Verdict
+from transformer_lm.verdict_texts import render
+
+TEXTS = {
+    "mask_shape": "{call:call} returned {got:text}; expected a boolean mask of shape {expected:shape}, True where a "
+                  "query may look at a key.",
+    "a_number": "a number",
+    "shape": "shape {shape:shape}",
+    "nothing": "nothing",
+    "mask_passed": "Correct: causal, and at most window keys per query, itself included.",
+    "row_wrong": "{call:call}: row {row:number} is wrong",
+    "row_allows": " (it allows {got:numbers}, expected {expected:numbers})",
+    "bytes_passed": "Correct: {expected:number} bytes.",
+    "bytes_wrong": "{call:call} returned {got:text};",
+    "not_a_number": "a value that is not a number",
+    "bytes_expected": " expected {expected:number}",
+    "not_that_size": " not the size of that cache",
+    "element_size": " torch.{dtype:label} takes {size:number} bytes a number (torch.empty((), "
+                    "dtype=dtype).element_size()).",
+    "half": " Half the size: either only the keys or only the values are counted (a cache holds both, two vectors per "
+            "layer, head and token), or each number is taken as {half:number} byte(s) where",
+    "bits": " Eight times the size: bits, not bytes.",
+    "times": " {ratio:number} times the size: each number is taken as {bytes:number} byte(s), where",
+    "padding_shape": "{calls:call}: {what:text} {got:text}; expected shape {expected:shape}.",
+    "positions_are": "the positions are",
+    "mask_is": "the mask is",
+    "padding_wrong": "{calls:call}: {what:text} wrong for prompt {row:number}",
+    "padding_got": ": got {got:numbers}, expected {expected:numbers}",
+    "padding_passed": "Correct: positions from each prompt's first token, and no query sees padding.",
+    "pads_wrong": " The real tokens' positions are right; the pads' are not: the pads get 0, "
+                  "(attention_mask.cumsum(-1) - 1).clamp(min=0).",
+    "one_too_high": " Each real token's position is one too high: the first real token is at 0, so subtract 1 from "
+                    "the running count, (attention_mask.cumsum(-1) - 1).clamp(min=0).",
+    "tokens_passed": "Correct: each prompt's tokens in the padded batch are those it gets alone.",
+    "rows": "{call:call} returned {rows:number} rows; expected one per prompt ({expected:number}).",
+    "no_rows": "{call:call} returned no rows; expected one per prompt ({expected:number}).",
+    "no_prompt": "{call:call}: row {row:number} does not start with its prompt (without padding).",
+    "continues": "{call:call}: prompt {row:number} (of {tokens:number} tokens) continues differently in the batch "
+                 "than alone",
+    "continues_shown": " (got {got:numbers}, alone it gives {expected:numbers})",
+    "continues_end": ". Generation runs your attention layer: if its check fails, fix that first.",
+}
+"""What the judges of assignment 06's masks, sizes, padded positions and tokens say
+(:mod:`transformer_lm.verdict_texts`); a ``text`` slot holds another of these texts."""
 
 
 @dataclass
@@ -29,16 +72,17 @@ class MaskJudge:
     def __call__(self, record, value, values: bool) -> Verdict:
         got = record.get("output")
         if got is None or tuple(got.shape) != tuple(self.expected.shape):
-            shape = "a number" if got is None else f"shape {tuple(got.shape)}"
-            return Verdict("failed", f"{self.call} returned {shape}; expected a boolean mask of shape "
-                                     f"{tuple(self.expected.shape)}, True where a query may look at a key.")
+            shape = TEXTS["a_number"] if got is None else render(TEXTS["shape"], shape=tuple(got.shape))
+            return Verdict("failed", render(TEXTS["mask_shape"], call=self.call, got=shape,
+                                            expected=tuple(self.expected.shape)))
         got = got.bool()
         if torch.equal(got, self.expected):
-            return Verdict("passed", "Correct: causal, and at most window keys per query, itself included.")
+            return Verdict("passed", TEXTS["mask_passed"])
         row = int((got != self.expected).any(dim=-1).nonzero()[0])
-        seen = f" (it allows {got[row].int().tolist()}, expected {self.expected[row].int().tolist()})" if values else ""
+        seen = render(TEXTS["row_allows"], got=got[row].int().tolist(), expected=self.expected[row].int().tolist()) \
+            if values else ""
         mistake = self.mistake if any(torch.equal(got, w) for w in self.wrong) else None
-        return Verdict("failed", f"{self.call}: row {row} is wrong{seen}.", mistake)
+        return Verdict("failed", render(TEXTS["row_wrong"], call=self.call, row=row) + seen + ".", mistake)
 
 
 @dataclass
@@ -55,26 +99,23 @@ class BytesJudge:
 
     def __call__(self, record, value, values: bool) -> Verdict:
         if isinstance(value, (int, float)) and value == self.expected:
-            return Verdict("passed", f"Correct: {self.expected} bytes.")
-        shown = f" expected {self.expected}" if values else ""
+            return Verdict("passed", render(TEXTS["bytes_passed"], expected=self.expected))
+        shown = render(TEXTS["bytes_expected"], expected=self.expected) if values else TEXTS["not_that_size"]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        got = repr(value) if number or values else "a value that is not a number"  # a run's text is never quoted
-        return Verdict("failed", f"{self.call} returned {got};{shown or ' not the size of that cache'}."
-                                 f"{self._why(value)}")
+        got = repr(value) if number or values else TEXTS["not_a_number"]  # a run's text is never quoted
+        return Verdict("failed", render(TEXTS["bytes_wrong"], call=self.call, got=got) + shown + "." + self._why(value))
 
     def _why(self, value) -> str:
         if not isinstance(value, (int, float)) or not value:
             return ""
         size, ratio = self.element_size, value / self.expected
-        number = f" torch.{self.dtype} takes {size} bytes a number (torch.empty((), dtype=dtype).element_size())."
+        number = render(TEXTS["element_size"], dtype=self.dtype, size=size)
         if ratio == 0.5:
-            return (" Half the size: either only the keys or only the values are counted (a cache holds both, two "
-                    f"vectors per layer, head and token), or each number is taken as {size // 2 or 0.5} byte(s) "
-                    f"where{number}")
+            return render(TEXTS["half"], half=size // 2 or 0.5) + number
         if ratio == 8:
-            return f" Eight times the size: bits, not bytes.{number}"
+            return TEXTS["bits"] + number
         if (ratio * size) in (1, 2, 4, 8):
-            return f" {ratio:g} times the size: each number is taken as {ratio * size:g} byte(s), where{number}"
+            return render(TEXTS["times"], ratio=f"{ratio:g}", bytes=f"{ratio * size:g}") + number
         return ""
 
 
@@ -93,19 +134,22 @@ class PaddingJudge:
             got, want = record.get(key), self.expected[key]
             if got is not None and tuple(got.shape) == tuple(want.shape) and torch.equal(got.to(want.dtype), want):
                 continue
-            what = {"positions": "the positions are", "mask": "the mask is"}[key]
+            what = TEXTS["positions_are" if key == "positions" else "mask_is"]
             if got is None or tuple(got.shape) != tuple(want.shape):
-                shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-                return Verdict("failed", f"{self.calls}: {what} {shape}; expected shape {tuple(want.shape)}.")
+                shape = TEXTS["nothing"] if got is None else render(TEXTS["shape"], shape=tuple(got.shape))
+                return Verdict("failed", render(TEXTS["padding_shape"], calls=self.calls, what=what, got=shape,
+                                                expected=tuple(want.shape)))
             mistake = next((m for m, r in self.candidates.items()
                             if tuple(got.shape) == tuple(r[key].shape) and torch.equal(got.to(want.dtype), r[key].to(want.dtype))
                             and not torch.equal(r[key].to(want.dtype), want)), None)
             row = int((got.to(want.dtype) != want).flatten(1).any(dim=-1).nonzero()[0])
-            detail = f": got {got[row].int().tolist()}, expected {want[row].int().tolist()}" if values else ""
+            detail = render(TEXTS["padding_got"], got=got[row].int().tolist(), expected=want[row].int().tolist()) \
+                if values else ""
             hint = self._positions_hint(row, got[row].to(want.dtype), want[row]) if key == "positions" and not mistake \
                 else ""
-            return Verdict("failed", f"{self.calls}: {what} wrong for prompt {row}{detail}.{hint}", mistake)
-        return Verdict("passed", "Correct: positions from each prompt's first token, and no query sees padding.")
+            return Verdict("failed", render(TEXTS["padding_wrong"], calls=self.calls, what=what, row=row) + detail + "."
+                           + hint, mistake)
+        return Verdict("passed", TEXTS["padding_passed"])
 
     def _positions_hint(self, row: int, got: torch.Tensor, want: torch.Tensor) -> str:
         """What prompt ``row``'s wrong positions (``got``) say, where a catalogued mistake does not:
@@ -114,11 +158,9 @@ class PaddingJudge:
             return ""
         real = self.attention_mask[row].bool()
         if torch.equal(got[real], want[real]):
-            return " The real tokens' positions are right; the pads' are not: the pads get 0, " \
-                   "(attention_mask.cumsum(-1) - 1).clamp(min=0)."
+            return TEXTS["pads_wrong"]
         if bool(((got[real] - want[real]) == 1).all()):
-            return " Each real token's position is one too high: the first real token is at 0, so subtract 1 " \
-                   "from the running count, (attention_mask.cumsum(-1) - 1).clamp(min=0)."
+            return TEXTS["one_too_high"]
         return ""
 
 
@@ -134,19 +176,19 @@ class PaddedTokensJudge:
 
     def __call__(self, record, value, values: bool) -> Verdict:
         if value == self.expected:
-            return Verdict("passed", "Correct: each prompt's tokens in the padded batch are those it gets alone.")
+            return Verdict("passed", TEXTS["tokens_passed"])
         if not isinstance(value, list) or len(value) != len(self.expected):
-            return Verdict("failed", f"{self.call} returned {len(value) if isinstance(value, list) else 'no'} rows; "
-                                     f"expected one per prompt ({len(self.expected)}).")
+            return Verdict("failed", render(TEXTS["rows"], call=self.call, rows=len(value), expected=len(self.expected))
+                           if isinstance(value, list) else render(TEXTS["no_rows"], call=self.call,
+                                                                  expected=len(self.expected)))
         row = next(i for i, (got, want) in enumerate(zip(value, self.expected)) if got != want)
         prompt = self.prompts[row]
         if value[row][:len(prompt)] != prompt:
-            return Verdict("failed", f"{self.call}: row {row} does not start with its prompt (without padding).")
+            return Verdict("failed", render(TEXTS["no_prompt"], call=self.call, row=row))
         mistake = next((m for m, tokens in self.candidates.items() if tokens == value), None)
-        shown = f" (got {value[row]}, alone it gives {self.expected[row]})" if values else ""
-        return Verdict("failed", f"{self.call}: prompt {row} (of {len(prompt)} tokens) continues differently in the "
-                                 f"batch than alone{shown}. Generation runs your attention layer: if its check "
-                                 "fails, fix that first.", mistake)
+        shown = render(TEXTS["continues_shown"], got=value[row], expected=self.expected[row]) if values else ""
+        return Verdict("failed", render(TEXTS["continues"], call=self.call, row=row, tokens=len(prompt)) + shown
+                       + TEXTS["continues_end"], mistake)
 
 
 JUDGES = (MaskJudge, BytesJudge, PaddingJudge, PaddedTokensJudge)

@@ -13,10 +13,56 @@ import torch
 
 from transformer_lm import catalog
 from transformer_lm.judging import Verdict, difference
+from transformer_lm.verdict_texts import render
 
 SAMPLING_SIGMAS = 6.0
 """How far a token's frequency may stray from its probability, in standard errors: a right sampler
 strays further about once in a hundred million tokens checked."""
+
+TEXTS = {
+    "no_logits": "forward(idx, targets) produced no logits.",
+    "logits": "the logits of forward(idx, targets)",
+    "no_loss": "forward(idx, targets) returned loss=None; with targets it must return (logits, loss).",
+    "loss_shape": "the loss has shape {shape:shape}; expected a single number, the mean over the positions that "
+                  "count.",
+    "loss": "the loss",
+    "loss_passed": "Correct: the logits and the loss match the reference.",
+    "loss_summed": " It is the sum over the positions; the loss is their mean (F.cross_entropy's default).",
+    "loss_every_position": " The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
+                           "F.cross_entropy.",
+    "returned_nothing": "nothing",
+    "returned_shape": "shape {shape:shape}",
+    "tokens_shape": "{call:call} on a prompt of shape {prompt:shape} with max_new_tokens={new:number} returned ",
+    "tokens_shape_expected": "; expected {expected:shape}: the prompt followed by the new tokens.",
+    "cache_unused": "{call:call} gives the right tokens, but ",
+    "never_ran": "never ran the model",
+    "ran_on": "ran the model on {seen:numbers} tokens per step",
+    "cache_steps": ": with the cache it runs on the prompt (at most block_size={block_size:number} tokens) first, "
+                   "then on one new token per step until the cache is full, then starts again: {steps:numbers}.",
+    "tokens_passed": "Correct: the greedy tokens are the reference's.",
+    "no_prompt": "{call:call} returned a tensor that does not start with the prompt; it must return the prompt "
+                 "followed by the new tokens.",
+    "tokens_differ": "{call:call}: the greedy tokens differ from the reference's from new token {first:number} of "
+                     "{new:number} on.",
+    "outgrown": " By then the context ({context:number} tokens) was longer than block_size={block_size:number}: ",
+    "cache_restarted": "did the cache restart from the last block_size tokens?",
+    "cropped": "was it cropped to its last block_size tokens?",
+    "whole_model": " Generation runs your whole model: if the checks of the attention, the block or GPT.forward "
+                   "fail, fix those first.",
+    "draws_shape": "{call:call} returned ",
+    "draws_shape_expected": "; expected {expected:shape}: one token id per row.",
+    "not_token_ids": "{call:call} returned values that are not token ids 0..{last:number}.",
+    "draws_passed": "Correct: {draws:number} draws per row follow softmax(logits / temperature) over the top_k "
+                    "largest logits.",
+    "misfit": "{call:call}: in row {row:number} of the logits, token {token:number} was drawn with frequency "
+              "{frequency:number} in {draws:number} draws",
+    "probability": "; its probability is {probability:number}",
+    "misfit_end": ", too far from softmax(logits / temperature) over the top_k largest logits.",
+    "cached_passed": "Correct: with the KV cache, the logits are those of the whole sequence run at once.",
+    "cached": "the logits with the cache",
+}
+"""What the checks of the GPT's loss, of its generated tokens and of its sampled tokens say
+(:mod:`transformer_lm.verdict_texts`); :mod:`transformer_lm.gpt_kinds` takes its own from here too."""
 
 
 def frequency_misfit(frequencies: torch.Tensor, probabilities: torch.Tensor, draws: int) -> tuple[int, int] | None:
@@ -46,26 +92,23 @@ class LossJudge:
 
     def __call__(self, record, value, values: bool) -> Verdict:
         if "output" not in record:
-            return Verdict("failed", "forward(idx, targets) produced no logits.")
-        problem = difference("the logits of forward(idx, targets)", record["output"], self.logits, values=values)
+            return Verdict("failed", TEXTS["no_logits"])
+        problem = difference(TEXTS["logits"], record["output"], self.logits, values=values)
         if problem:
             return Verdict("failed", problem)
         if "weights" not in record:
-            return Verdict("failed", "forward(idx, targets) returned loss=None; with targets it must return "
-                                     "(logits, loss).")
+            return Verdict("failed", TEXTS["no_loss"])
         got = record["weights"]
         if got.numel() != 1:
-            return Verdict("failed", f"the loss has shape {tuple(got.shape)}; expected a single number, the mean "
-                                     "over the positions that count.")
+            return Verdict("failed", render(TEXTS["loss_shape"], shape=tuple(got.shape)))
         got = got.reshape(())
-        problem = difference("the loss", got, self.loss, values=values)
+        problem = difference(TEXTS["loss"], got, self.loss, values=values)
         if problem is None:
-            return Verdict("passed", "Correct: the logits and the loss match the reference.")
-        if difference("the loss", got, self.summed) is None:
-            problem += " It is the sum over the positions; the loss is their mean (F.cross_entropy's default)."
-        elif difference("the loss", got, self.every_position) is None:
-            problem += (" The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
-                        "F.cross_entropy.")
+            return Verdict("passed", TEXTS["loss_passed"])
+        if difference(TEXTS["loss"], got, self.summed) is None:
+            problem += TEXTS["loss_summed"]
+        elif difference(TEXTS["loss"], got, self.every_position) is None:
+            problem += TEXTS["loss_every_position"]
         return Verdict("failed", problem)
 
 
@@ -88,37 +131,29 @@ class TokensJudge:
         prompt, new = self.idx.shape[-1], self.expected.shape[-1] - self.idx.shape[-1]
         got = record.get("output")
         if got is None or tuple(got.shape) != tuple(self.expected.shape):
-            shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-            return Verdict("failed", f"{self.call} on a prompt of shape {tuple(self.idx.shape)} with max_new_tokens="
-                                     f"{new} returned {shape}; expected {tuple(self.expected.shape)}: the prompt "
-                                     f"followed by the new tokens.")
+            expected = render(TEXTS["tokens_shape_expected"], expected=tuple(self.expected.shape))
+            return Verdict("failed", render(TEXTS["tokens_shape"], call=self.call, prompt=tuple(self.idx.shape),
+                                            new=new) + _returned(got) + expected)
         got = got.long()
         seen = record.get("tokens_per_call")
         if torch.equal(got, self.expected) and self.use_cache and \
                 (seen is None or not torch.equal(seen.long(), self.steps)):
-            ran = ("never ran the model" if seen is None or not seen.numel()
-                   else f"ran the model on {seen.tolist()} tokens per step")
-            return Verdict("failed", f"{self.call} gives the right tokens, but {ran}: with the cache it runs on the "
-                                     f"prompt (at most block_size={self.block_size} tokens) first, then on one new "
-                                     f"token per step until the cache is full, then starts again: "
-                                     f"{self.steps.tolist()}.")
+            ran = (TEXTS["never_ran"] if seen is None or not seen.numel()
+                   else render(TEXTS["ran_on"], seen=str(seen.tolist())))
+            return Verdict("failed", render(TEXTS["cache_unused"], call=self.call) + ran
+                           + render(TEXTS["cache_steps"], block_size=self.block_size, steps=str(self.steps.tolist())))
         if torch.equal(got, self.expected):
-            return Verdict("passed", "Correct: the greedy tokens are the reference's.")
+            return Verdict("passed", TEXTS["tokens_passed"])
         if not torch.equal(got[:, :prompt], self.idx):
-            return Verdict("failed", f"{self.call} returned a tensor that does not start with the prompt; it must "
-                                     "return the prompt followed by the new tokens.")
+            return Verdict("failed", render(TEXTS["no_prompt"], call=self.call))
         mistake = next((m for m, tokens in self.candidates.items() if torch.equal(got, tokens)), None)
         first = int((got != self.expected).any(dim=0).nonzero()[0])
         outgrown = ""
         if first >= self.block_size:
-            question = ("did the cache restart from the last block_size tokens?" if self.use_cache
-                        else "was it cropped to its last block_size tokens?")
-            outgrown = f" By then the context ({first} tokens) was longer than block_size={self.block_size}: " \
-                       + question
-        return Verdict("failed", f"{self.call}: the greedy tokens differ from the reference's from new token "
-                                 f"{first - prompt + 1} of {new} on.{outgrown} Generation runs your whole model: if "
-                                 "the checks of the attention, the block or GPT.forward fail, fix those first.",
-                       mistake)
+            question = TEXTS["cache_restarted"] if self.use_cache else TEXTS["cropped"]
+            outgrown = render(TEXTS["outgrown"], context=first, block_size=self.block_size) + question
+        return Verdict("failed", render(TEXTS["tokens_differ"], call=self.call, first=first - prompt + 1, new=new)
+                       + outgrown + TEXTS["whole_model"], mistake)
 
 
 @dataclass
@@ -136,23 +171,26 @@ class DrawsJudge:
         rows, vocab = self.expected.shape
         got = record.get("output")
         if got is None or tuple(got.shape) != (rows * self.draws, 1):
-            shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-            return Verdict("failed", f"{self.call} returned {shape}; expected {(rows * self.draws, 1)}: one token id "
-                                     "per row.")
+            return Verdict("failed", render(TEXTS["draws_shape"], call=self.call) + _returned(got)
+                           + render(TEXTS["draws_shape_expected"], expected=(rows * self.draws, 1)))
         if got.is_floating_point() or bool(((got < 0) | (got >= vocab)).any()):
-            return Verdict("failed", f"{self.call} returned values that are not token ids 0..{vocab - 1}.")
+            return Verdict("failed", render(TEXTS["not_token_ids"], call=self.call, last=vocab - 1))
         frequencies = torch.nn.functional.one_hot(got.long().view(rows, self.draws), vocab).sum(dim=1) / self.draws
         misfit = frequency_misfit(frequencies, self.expected, self.draws)
         if misfit is None:
-            return Verdict("passed", f"Correct: {self.draws} draws per row follow softmax(logits / temperature) over "
-                                     "the top_k largest logits.")
+            return Verdict("passed", render(TEXTS["draws_passed"], draws=self.draws))
         row, token = misfit
-        shown = f"; its probability is {self.expected[row, token].item():.3f}" if values else ""
+        shown = render(TEXTS["probability"], probability=f"{self.expected[row, token].item():.3f}") if values else ""
         mistake = next((m for m, q in self.candidates.items() if frequency_misfit(frequencies, q, self.draws) is None),
                        None)
-        return Verdict("failed", f"{self.call}: in row {row} of the logits, token {token} was drawn with frequency "
-                                 f"{frequencies[row, token].item():.3f} in {self.draws} draws{shown}, too far from "
-                                 "softmax(logits / temperature) over the top_k largest logits.", mistake)
+        return Verdict("failed", render(TEXTS["misfit"], call=self.call, row=row, token=token,
+                                        frequency=f"{frequencies[row, token].item():.3f}", draws=self.draws)
+                       + shown + TEXTS["misfit_end"], mistake)
+
+
+def _returned(got: torch.Tensor | None) -> str:
+    """What a call returned that is not the tokens expected: nothing, or a tensor of some shape."""
+    return TEXTS["returned_nothing"] if got is None else render(TEXTS["returned_shape"], shape=tuple(got.shape))
 
 
 JUDGES = (LossJudge, TokensJudge, DrawsJudge)

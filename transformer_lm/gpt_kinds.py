@@ -9,7 +9,7 @@ from dataclasses import KW_ONLY, dataclass, field
 import torch
 
 from transformer_lm import catalog, mistakes, reference
-from transformer_lm.gpt_judges import DrawsJudge, LossJudge, TokensJudge, frequency_misfit
+from transformer_lm.gpt_judges import TEXTS, DrawsJudge, LossJudge, TokensJudge, frequency_misfit
 from transformer_lm.judging import RecordJudge
 from transformer_lm.kinds import parameters_of
 from transformer_lm.prepared import Prepared, ProbeCall
@@ -190,8 +190,8 @@ class CachedForwardCheck:
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx, "prefix": self.prefix}
 
         judge_cached = RecordJudge(
-            expected, candidates, call=f"forward(idx, kv_cache=...) on the first {self.prefix} of {self.seq} tokens, then "
-                                       "on one token per call, must give the logits of the whole sequence run at once",
-            passed="Correct: with the KV cache, the logits are those of the whole sequence run at once.",
-            labels={"cached": "the logits with the cache"})
+            expected, candidates, call=f"forward(idx, kv_cache=...) on the first {self.prefix} of {self.seq} tokens, "
+                                       "then on one token per call, must give the logits of the whole sequence run at "
+                                       "once",
+            passed=TEXTS["cached_passed"], labels={"cached": TEXTS["cached"]})
         return Prepared(ProbeCall.of(probes.probe_cached_forward, {"cls": self.object}, arguments), judge_cached)

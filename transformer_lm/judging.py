@@ -22,11 +22,46 @@ from pathlib import Path
 import torch
 
 from transformer_lm import catalog
+from transformer_lm.verdict_texts import numbers, render
 
 RTOL = 1e-4
 
 
 ATOL = 1e-5
+
+TEXTS = {
+    "shape": "{name:label} has shape {got:shape}, expected {expected:shape}.",
+    "nan": "{name:label} contains NaN (first at index {index:shape}). A row whose every score is -inf gives NaN after "
+           "the softmax; so does a softmax over the wrong dimension of a masked row.",
+    "not_nan": "{name:label} has numbers where NaN was expected.",
+    "values": "{name:label} has the right shape {shape:shape} but wrong values: the largest error is {error:number} at "
+              "index {index:shape}.",
+    "values_shown": "{name:label} has the right shape {shape:shape} but wrong values: the largest error is "
+                    "{error:number} at index {index:shape} (expected {expected:number}, got {got:number}).\n  from "
+                    "index {first:shape}, where they first differ:\n  expected {expected_row:numbers}\n  "
+                    "got      {got_row:numbers}",
+    "gradient_of": "the gradient of {name:label}",
+    "not_produced": "{name:label} was not produced.",
+    "not_the_same_twice": "Two calls in eval mode on the same input gave different outputs.",
+    "passed_gradients": "Correct: outputs and gradients match the reference.",
+    "passed_output": "Correct: the output matches the reference.",
+    "passed_keys": "Correct: the {names:label} match the reference.",
+    "at_call": "{call:call}: ",
+    "no_parameter": "{name:call} has no parameter {missing:label}. It has: ",
+    "parameter": "{name:label} {shape:shape}",
+    "named_otherwise": "{count:number} parameter(s) named otherwise",
+    "none": "no parameters",
+    "parameter_shape": "{name:label} is {got:shape}, expected {expected:shape}",
+    "weight_layout": ". nn.Linear(in, out) stores its weight as (out, in).",
+    "parameters_passed": "{name:call} has the expected layers: {names:label}.",
+    "raises": "{call:call} raises {exception:exception}.",
+    "raises_not": "{call:call} {got:text}; expected a clear {exception:exception} that names the numbers that do "
+                  "not fit.",
+    "raised_nothing": "raised nothing",
+    "raised": "raised {exception:exception}",
+    "raised_other": "raised an exception",
+}
+"""What a check of values, of parameters or of an error says (:mod:`transformer_lm.verdict_texts`)."""
 
 
 class CheckFailed(AssertionError):
@@ -59,9 +94,7 @@ def _written_by_student(filename: str) -> bool:
 def _show(t: torch.Tensor, start: int = 0, limit: int = 6) -> str:
     """``limit`` numbers of ``t`` (flattened) from position ``start``, as a short list."""
     values = t.flatten()[start:start + limit].tolist()
-    before = "..., " if start else ""
-    more = ", ..." if t.numel() > start + limit else ""
-    return "[" + before + ", ".join(f"{v:.6g}" for v in values) + more + "]"
+    return numbers((f"{v:.6g}" for v in values), start, t.numel() > start + limit)
 
 
 def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
@@ -69,7 +102,7 @@ def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
     """None when ``got`` matches ``expected``; otherwise a sentence that says how it differs.
     With ``values=False`` (hidden checks) it names the largest error but lists no values."""
     if tuple(got.shape) != tuple(expected.shape):
-        return f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
+        return render(TEXTS["shape"], name=name, got=tuple(got.shape), expected=tuple(expected.shape))
     if not got.is_floating_point():
         got = got.to(expected.dtype)
     got64, expected64 = got.double(), expected.double()
@@ -77,22 +110,21 @@ def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
     if not torch.equal(nan_got, nan_expected):
         if (nan_got & ~nan_expected).any():
             where = tuple(torch.nonzero(nan_got & ~nan_expected)[0].tolist())
-            return (f"{name} contains NaN (first at index {where}). A row whose every score is -inf "
-                    f"gives NaN after the softmax; so does a softmax over the wrong dimension of a masked row.")
-        return f"{name} has numbers where NaN was expected."
+            return render(TEXTS["nan"], name=name, index=where)
+        return render(TEXTS["not_nan"], name=name)
     error = torch.where(got64 == expected64, 0.0, (got64 - expected64).abs()).masked_fill(nan_got, 0.0)  # inf == inf
     allowed = (atol + rtol * expected64.abs()).masked_fill(nan_expected, math.inf)
     if bool((error <= allowed).all()):
         return None
     worst = int(torch.argmax(error - allowed))
-    message = f"{name} has the right shape {tuple(got.shape)} but wrong values: the largest error is " \
-              f"{error.flatten()[worst].item():.3g} at index {_index(worst, got.shape)}"
+    largest = dict(name=name, shape=tuple(got.shape), error=f"{error.flatten()[worst].item():.3g}",
+                   index=_index(worst, got.shape))
     if not values:
-        return message + "."
+        return render(TEXTS["values"], **largest)
     first = int(torch.nonzero((error > allowed).flatten())[0])   # the previews start where they first differ
-    return (message + f" (expected {expected64.flatten()[worst].item():.6g}, got {got64.flatten()[worst].item():.6g})."
-            f"\n  from index {_index(first, got.shape)}, where they first differ:"
-            f"\n  expected {_show(expected, first)}\n  got      {_show(got, first)}")
+    return render(TEXTS["values_shown"], **largest, expected=f"{expected64.flatten()[worst].item():.6g}",
+                  got=f"{got64.flatten()[worst].item():.6g}", first=_index(first, got.shape),
+                  expected_row=_show(expected, first), got_row=_show(got, first))
 
 
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
@@ -154,19 +186,19 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     candidates = {m: r for m, r in (candidates or {}).items()
                   if any(k in expected and difference(k, v, expected[k], rtol, atol) for k, v in r.items())}
     for key in order:
-        label = (labels or {}).get(key, key.replace("grad.", "the gradient of "))
+        label = (labels or {}).get(key) or (render(TEXTS["gradient_of"], name=key[len("grad."):])
+                                            if key.startswith("grad.") else key)
         if key not in got:
-            return Verdict("failed", f"{label} was not produced.")
+            return Verdict("failed", render(TEXTS["not_produced"], name=label))
         problem = difference(label, got[key], expected[key], rtol, atol, values)
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
     if _changes_between_calls(got, rtol, atol):
-        return Verdict("failed", "Two calls in eval mode on the same input gave different outputs.",
+        return Verdict("failed", TEXTS["not_the_same_twice"],
                        catalog.BY_NAME["dropout_in_eval"])
     gradients = any(k.startswith("grad.") for k in expected)
-    what = "outputs and gradients match" if gradients else \
-        "the output matches" if "output" in expected else f"the {' and '.join(expected)} match"
-    return Verdict("passed", f"Correct: {what} the reference.")
+    return Verdict("passed", TEXTS["passed_gradients"] if gradients else TEXTS["passed_output"] if "output" in expected
+                   else render(TEXTS["passed_keys"], names=" and ".join(expected)))
 
 
 class Computed:
@@ -207,7 +239,7 @@ class RecordJudge:
         if verdict.passed and self.passed:
             verdict.message = self.passed
         elif not verdict.passed and self.call:
-            verdict.message = f"{self.call}: {verdict.message}"
+            verdict.message = render(TEXTS["at_call"], call=self.call) + verdict.message
         return verdict
 
 
@@ -220,14 +252,14 @@ def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, t
     if missing:
         shown = got if quote else {n: s for n, s in got.items() if n in expected}
         others = len(got) - len(shown)
-        have = ", ".join([f"{n} {tuple(s)}" for n, s in shown.items()] +
-                         ([f"{others} parameter(s) named otherwise"] if others else [])) or "no parameters"
-        return Verdict("failed", f"{name} has no parameter {', '.join(missing)}. It has: {have}.")
-    wrong = [f"{n} is {tuple(got[n])}, expected {tuple(shape)}" for n, shape in expected.items()
-             if tuple(got[n]) != tuple(shape)]
+        have = ", ".join([render(TEXTS["parameter"], name=n, shape=tuple(s)) for n, s in shown.items()] +
+                         ([render(TEXTS["named_otherwise"], count=others)] if others else [])) or TEXTS["none"]
+        return Verdict("failed", render(TEXTS["no_parameter"], name=name, missing=", ".join(missing)) + have + ".")
+    wrong = [render(TEXTS["parameter_shape"], name=n, got=tuple(got[n]), expected=tuple(shape))
+             for n, shape in expected.items() if tuple(got[n]) != tuple(shape)]
     if wrong:
-        return Verdict("failed", f"{name}: " + "; ".join(wrong) + ". nn.Linear(in, out) stores its weight as (out, in).")
-    return Verdict("passed", f"{name} has the expected layers: " + ", ".join(expected) + ".")
+        return Verdict("failed", render(TEXTS["at_call"], call=name) + "; ".join(wrong) + TEXTS["weight_layout"])
+    return Verdict("passed", render(TEXTS["parameters_passed"], name=name, names=", ".join(expected)))
 
 
 @dataclass
@@ -261,10 +293,13 @@ class RaisesJudge:
     exception: str = "ValueError"
 
     def __call__(self, record, raised, values: bool) -> Verdict:
-        arguments = ", ".join(f"{k}={v!r}" for k, v in self.init.items())
         if raised == self.exception:
-            return Verdict("passed", f"{self.object}({arguments}) raises {self.exception}.")
-        got = "raised nothing" if not raised else f"raised {raised}" if is_builtin_exception(raised) else \
-            "raised an exception"
-        return Verdict("failed", f"{self.object}({arguments}) {got}; expected a clear {self.exception} "
-                                 f"that names the numbers that do not fit.")
+            return Verdict("passed", render(TEXTS["raises"], call=self.called, exception=self.exception))
+        got = TEXTS["raised_nothing"] if not raised else render(TEXTS["raised"], exception=raised) \
+            if is_builtin_exception(raised) else TEXTS["raised_other"]
+        return Verdict("failed", render(TEXTS["raises_not"], call=self.called, got=got, exception=self.exception))
+
+    @property
+    def called(self) -> str:
+        """The call, as the check's texts give it."""
+        return f"{self.object}(" + ", ".join(f"{k}={v!r}" for k, v in self.init.items()) + ")"

@@ -26,6 +26,7 @@ import torch
 
 from transformer_lm import catalog
 from transformer_lm.judging import RecordJudge, Verdict
+from transformer_lm.verdict_texts import render
 
 SPREAD = 60.0
 """What every other query row (or row of scores) is multiplied by in a ``spread`` case: its scores
@@ -35,6 +36,66 @@ WORK_TOLERANCE = 0.03
 """How far above the share of tiles it must visit the share of work a causal call does may be: one
 key block too many per query block moves it up by 0.09 or more at the sizes the checks use. Below,
 there is no bound: an answer that trims the diagonal tiles does less than the reference, rightly."""
+
+TEXTS = {
+    "call": "{name:call}(q of shape ({batch:number}, {heads:number}, T_q={seq_q:number}, {dim:number}), k and v of "
+            "{seq_k:number} keys, causal=",
+    "causal": "True",
+    "not_causal": "False",
+    "call_blocks": ", block_q={block_q:number}, block_k={block_k:number})",
+    "whole_tensor": "{call:call} created a tensor of shape {largest:shape}: {count:number} numbers, as many as the "
+                    "whole (T_q, T_k) = {matrix:shape} matrix of one batch and head ({full:number}) or more. A tile "
+                    "of scores holds block_q x block_k = {tile:number} per batch and head.",
+    "whole_held": "{call:call} reaches a tensor of {held:number} numbers outside its arguments (a buffer made before "
+                  "the call, in a global, a closure or an attribute), as many as the whole (T_q, T_k) = "
+                  "{matrix:shape} matrix of one batch and head or more: filled a tile at a time, it still holds "
+                  "every score at once.",
+    "whole_row": "{call:call} combined {widest:number} numbers into one at once (a max, a sum, a softmax or a matrix "
+                 "product along them), more than a tile's row of block_k={block_k:number} keys: a whole row of keys "
+                 "was in memory.",
+    "softmax_row": "{call:call} has the right values but took a max or a sum along {widest:number} scores at once: an "
+                   "online softmax reads at most block={block:number} scores of a row at a time, and merges what it "
+                   "learns.",
+    "softmax_passed": "Correct: the softmax of every row, {block:number} scores at a time.",
+    "memory_passed": "Correct: no tensor near the size of the {matrix:shape} score matrix and no reduction wider than "
+                     "a tile (T={seq_q:number}, tiles of {block_q:number} x {block_k:number}).",
+    "work_whole": "{call:call} builds a tensor of shape {largest:shape} under the causal mask, the whole score "
+                  "matrix: it has no tiles to skip until it computes one tile at a time.",
+    "work_uncounted": "{call:call} computed no exponentials (torch.exp) without the mask, so the work of its tiles "
+                      "cannot be counted: compute each tile's weights with torch.exp.",
+    "work_passed": "Correct: with causal=True it does {worst:number} of the work it does without the mask, at most "
+                   "the {share:number} of the tiles not wholly in the future.",
+    "work_more": "{call:call} does {worst:number} of its work with causal=True that it does without: {causal:number} "
+                 "exponentials against {full:number}, {causal_products:number} products of matrix products against "
+                 "{full_products:number}. Skipping every key block that starts at or after the end of its query "
+                 "block leaves {share:number} of the tiles to compute.",
+    "function_shape": "{call:call} returned shape {got:shape}; expected {expected:shape}.",
+    "gradients_passed": "Correct: the gradients of q, k and v match exact attention's.",
+    "backward_of": "the backward of {call:call}",
+    "function_passed": "Correct: the forward keeps only q, k, v, the output and the log-sum-exp, and the backward "
+                       "works tile by tile.",
+    "kept": "{call:call}: after the forward, {kept:number} bytes of tensors it made were still alive, more than q, "
+            "k, v, the output and the log-sum-exp take ({allowed:number}). It saved ",
+    "saved": "{shape:shape}",
+    "nothing": "nothing",
+    "for_backward": " for the backward",
+    "on_ctx": ", and left {count:number} tensor(s) on ctx, of shape ",
+    "prefix_nan": "{call:call}: rows 0 to {last:number} see only keys before {start:number}, yet came out NaN. The "
+                  "call computed the tiles of those NaN keys for queries that the causal mask hides them from (a "
+                  "weight of 0 times NaN is NaN), instead of skipping the key blocks wholly in a query block's "
+                  "future.",
+    "forward_passed": "Correct: the output and the log-sum-exp match exact attention.",
+    "backward_of_apply": "the backward of {name:call}.apply",
+    "capped_error": "At T={seq_q:number} (one head's score matrix: {scores:number} MiB in float32) {what:call} may "
+                    "hold {cap:number} MiB more than the notebook held before it ran, a cap the kernel enforces; a "
+                    "tiled pass needs a fraction of that. The call raised an error under the cap, as a call that "
+                    "holds the whole score matrix, or a whole row of scores for a block of queries, does (the error "
+                    "says which line).",
+    "under_cap": "{call:call}, under the memory cap",
+    "capped_passed": "Correct: at T={seq_q:number} the call fits under the memory cap, with the right values.",
+}
+"""What the judges and checks of attention computed tile by tile say (:mod:`transformer_lm.verdict_texts`),
+:mod:`transformer_lm.tiled_kinds`' included."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,9 +130,10 @@ class TileCase:
         return {"causal": self.causal, "block_q": self.block_q, "block_k": self.block_k}
 
     def call(self, name: str) -> str:
-        shape = f"({self.batch}, {self.heads}, T_q={self.seq_q}, {self.dim})"
-        return (f"{name}(q of shape {shape}, k and v of {self.seq_k} keys, causal={self.causal}, "
-                f"block_q={self.block_q}, block_k={self.block_k})")
+        """The call of ``name`` on this case, as the checks' texts give it."""
+        return (render(TEXTS["call"], name=name, batch=self.batch, heads=self.heads, seq_q=self.seq_q, dim=self.dim,
+                       seq_k=self.seq_k) + TEXTS["causal" if self.causal else "not_causal"] +
+                render(TEXTS["call_blocks"], block_q=self.block_q, block_k=self.block_k))
 
 
 def full_matrix(case: TileCase) -> int:
@@ -92,22 +154,16 @@ def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: 
     largest = tuple(record[f"{prefix}.largest"].tolist()) if f"{prefix}.largest" in record else ()
     count = math.prod(largest) if largest else 0
     if count >= full_matrix(case):
-        return Verdict("failed", f"{call} created a tensor of shape {largest}: {count} numbers, as many as the whole "
-                                 f"(T_q, T_k) = ({case.seq_q}, {case.seq_k}) matrix of one batch and head "
-                                 f"({full_matrix(case)}) or more. A tile of scores holds block_q x block_k = "
-                                 f"{case.block_q * case.block_k} per batch and head.", catalog.BY_NAME[whole])
+        return Verdict("failed", render(TEXTS["whole_tensor"], call=call, largest=largest, count=count,
+                                        matrix=(case.seq_q, case.seq_k), full=full_matrix(case),
+                                        tile=case.block_q * case.block_k), catalog.BY_NAME[whole])
     held = int(record.get(f"{prefix}.held", 0))
     if held >= full_matrix(case):
-        return Verdict("failed", f"{call} reaches a tensor of {held} numbers outside its arguments (a buffer made "
-                                 f"before the call, in a global, a closure or an attribute), as many as the whole "
-                                 f"(T_q, T_k) = ({case.seq_q}, {case.seq_k}) matrix of one batch and head or more: "
-                                 f"filled a tile at a time, it still holds every score at once.",
+        return Verdict("failed", render(TEXTS["whole_held"], call=call, held=held, matrix=(case.seq_q, case.seq_k)),
                        catalog.BY_NAME[whole])
     widest = int(record.get(f"{prefix}.widest", torch.tensor(0)))
     if widest > widest_allowed(case):
-        return Verdict("failed", f"{call} combined {widest} numbers into one at once (a max, a sum, a softmax or a "
-                                 f"matrix product along them), more than a tile's row of block_k={case.block_k} keys: "
-                                 f"a whole row of keys was in memory.",
+        return Verdict("failed", render(TEXTS["whole_row"], call=call, widest=widest, block_k=case.block_k),
                        catalog.BY_NAME["full_row_reduction"])
     return None
 
@@ -128,11 +184,9 @@ class SoftmaxJudge:
             return verdict
         widest = int(record["trace.widest"])
         if widest > self.block:
-            return Verdict("failed", f"{self.call} has the right values but took a max or a sum along {widest} "
-                                     f"scores at once: an online softmax reads at most block={self.block} scores of "
-                                     "a row at a time, and merges what it learns.",
+            return Verdict("failed", render(TEXTS["softmax_row"], call=self.call, widest=widest, block=self.block),
                            catalog.BY_NAME["full_row_reduction"])
-        return Verdict("passed", f"Correct: the softmax of every row, {self.block} scores at a time.")
+        return Verdict("passed", render(TEXTS["softmax_passed"], block=self.block))
 
 
 @dataclass
@@ -145,8 +199,8 @@ class MemoryJudge:
     def __call__(self, record, value, values: bool) -> Verdict:
         case = self.case
         return memory_problem(record, "trace", case, self.call, "full_score_matrix") or Verdict(
-            "passed", f"Correct: no tensor near the size of the ({case.seq_q}, {case.seq_k}) score matrix and no "
-                      f"reduction wider than a tile (T={case.seq_q}, tiles of {case.block_q} x {case.block_k}).")
+            "passed", render(TEXTS["memory_passed"], matrix=(case.seq_q, case.seq_k), seq_q=case.seq_q,
+                             block_q=case.block_q, block_k=case.block_k))
 
 
 @dataclass
@@ -167,23 +221,19 @@ class WorkJudge:
         full_products, causal_products = (int(record.get(f"{name}.multiplies", 0)) for name in ("full", "causal"))
         largest = tuple(record["causal.largest"].tolist())
         if largest and math.prod(largest) >= full_matrix(self.case):   # no tiles to skip: one mistake, not two
-            return Verdict("failed", f"{self.call} builds a tensor of shape {largest} under the causal mask, the whole "
-                                     "score matrix: it has no tiles to skip until it computes one tile at a time.",
+            return Verdict("failed", render(TEXTS["work_whole"], call=self.call, largest=largest),
                            catalog.BY_NAME["full_score_matrix"])
         if full == 0:
-            return Verdict("failed", f"{self.call} computed no exponentials (torch.exp) without the mask, so the work "
-                                     "of its tiles cannot be counted: compute each tile's weights with torch.exp.")
+            return Verdict("failed", render(TEXTS["work_uncounted"], call=self.call))
         got = causal / full
         worst = max(got, causal_products / full_products if full_products else 0.0)
         if worst <= self.share + WORK_TOLERANCE:
-            return Verdict("passed", f"Correct: with causal=True it does {worst:.0%} of the work it does without the "
-                                     f"mask, at most the {self.share:.0%} of the tiles not wholly in the future.")
+            return Verdict("passed", render(TEXTS["work_passed"], worst=f"{worst:.0%}", share=f"{self.share:.0%}"))
         mistake = min(self.candidates, key=lambda m: abs(self.candidates[m] - worst))
         named = mistake if abs(self.candidates[mistake] - worst) <= WORK_TOLERANCE else None
-        return Verdict("failed", f"{self.call} does {worst:.0%} of its work with causal=True that it does without: "
-                                 f"{causal} exponentials against {full}, {causal_products} products of matrix products "
-                                 f"against {full_products}. Skipping every key block that starts at or after the end "
-                                 f"of its query block leaves {self.share:.0%} of the tiles to compute.", named)
+        return Verdict("failed", render(TEXTS["work_more"], call=self.call, worst=f"{worst:.0%}", causal=causal,
+                                        full=full, causal_products=causal_products, full_products=full_products,
+                                        share=f"{self.share:.0%}"), named)
 
 
 @dataclass
@@ -204,32 +254,33 @@ class FunctionJudge:
     def __call__(self, record, value, values: bool) -> Verdict:
         got = tuple(record["output"].shape)
         if got != tuple(self.expected_shape):
-            return Verdict("failed", f"{self.call} returned shape {got}; expected {tuple(self.expected_shape)}.")
+            return Verdict("failed", render(TEXTS["function_shape"], call=self.call, got=got,
+                                            expected=tuple(self.expected_shape)))
         if self.gradients:
             return RecordJudge(self.expected, self.candidates, call=self.call,
-                               passed="Correct: the gradients of q, k and v match exact attention's.")(
-                record, value, values)
+                               passed=TEXTS["gradients_passed"])(record, value, values)
+        backward = render(TEXTS["backward_of"], call=self.call)
         return kept_problem(record, self.case, self.call, self.kept_allowed) or \
-            memory_problem(record, "backward", self.case, f"the backward of {self.call}", "backward_full_matrix") or \
-            Verdict("passed", "Correct: the forward keeps only q, k, v, the output and the log-sum-exp, and the "
-                              "backward works tile by tile.")
+            memory_problem(record, "backward", self.case, backward, "backward_full_matrix") or \
+            Verdict("passed", TEXTS["function_passed"])
 
 
 def kept_problem(record: dict, case: TileCase, call: str, allowed: int) -> Verdict | None:
     """The failure of a forward that saved or kept alive more than q, k, v, the output and the
-    log-sum-exp take (``allowed`` bytes); None when it did not."""
+    log-sum-exp take (``allowed`` bytes); None when it did not. What it left on ctx is told by its
+    shapes: the names of ctx's attributes are the run's to choose (a run could spell a hidden input
+    in them)."""
     saved = [tuple(record[f"forward.saved.{i}"].tolist()) for i in range(len(record))
              if f"forward.saved.{i}" in record]
     on_ctx = [tuple(t.tolist()) for key, t in record.items() if key.startswith("ctx.")]
     kept = int(record["forward.live"])
     if kept <= allowed and all(math.prod(shape) < full_matrix(case) for shape in saved + on_ctx):
         return None
-    names = sorted({key.split(".")[1] for key in record if key.startswith("ctx.")})
-    where = f", and left {len(on_ctx)} tensor(s) on ctx ({', '.join('ctx.' + n for n in names)})" if names else ""
-    shapes = ", ".join(str(s) for s in saved) or "nothing"
-    return Verdict("failed", f"{call}: after the forward, {kept} bytes of tensors it made were still alive, more than q, "
-                             f"k, v, the output and the log-sum-exp take ({allowed}). It saved {shapes} for the "
-                             f"backward{where}.", catalog.BY_NAME["saves_more_than_needed"])
+    where = render(TEXTS["on_ctx"], count=len(on_ctx)) + ", ".join(
+        str(tuple(int(d) for d in shape)) for shape in on_ctx[:8]) if on_ctx else ""
+    shapes = ", ".join(render(TEXTS["saved"], shape=s) for s in saved) or TEXTS["nothing"]
+    return Verdict("failed", render(TEXTS["kept"], call=call, kept=kept, allowed=allowed) + shapes +
+                   TEXTS["for_backward"] + where + ".", catalog.BY_NAME["saves_more_than_needed"])
 
 
 
@@ -257,10 +308,8 @@ class PrefixJudge:
             return verdict
         if any(bool(torch.isnan(tensor).any()) for tensor in judged.values()):
             future = next(m for m in catalog.tiling_mistakes("work") if m.name == "future_blocks_computed")
-            return Verdict("failed", f"{self.call}: rows 0 to {self.start - 1} see only keys before {self.start}, "
-                                     "yet came out NaN. The call computed the tiles of those NaN keys for queries "
-                                     "that the causal mask hides them from (a weight of 0 times NaN is NaN), "
-                                     "instead of skipping the key blocks wholly in a query block's future.", future)
+            return Verdict("failed", render(TEXTS["prefix_nan"], call=self.call, last=self.start - 1, start=self.start),
+                           future)
         return verdict
 
 

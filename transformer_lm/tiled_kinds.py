@@ -20,8 +20,9 @@ from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import Computed, RecordJudge
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
-from transformer_lm.tiled_judges import (SPREAD, WORK_TOLERANCE, FunctionJudge, MemoryJudge, PrefixJudge,
+from transformer_lm.tiled_judges import (SPREAD, TEXTS, WORK_TOLERANCE, FunctionJudge, MemoryJudge, PrefixJudge,
                                          SoftmaxJudge, TileCase, WorkJudge)
+from transformer_lm.verdict_texts import render
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
@@ -112,7 +113,7 @@ class FlashForwardCheck:
                     candidates[mistake] = dict(zip(("output", "lse"), flawed))
 
         judge_forward = MemoryJudge(call, case) if self.judges == "memory" else RecordJudge(
-            expected, candidates, call=call, passed="Correct: the output and the log-sum-exp match exact attention.")
+            expected, candidates, call=call, passed=TEXTS["forward_passed"])
         arguments = {"inputs": {"q": q, "k": k, "v": v}, "parts": ["output", "lse"], "call_kwargs": case.options}
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object}, arguments), judge_forward)
 
@@ -297,16 +298,12 @@ class CappedCheck:
         expected = exact_by_query_blocks(tensors, case.causal, self.backward)
         candidates = Computed(lambda: capped_candidates(tensors, case, self.backward)) if self.names_mistakes else None
         scores = case.seq_q * case.seq_k * 4 / 2**20
-        what = f"the backward of {self.object}.apply" if self.backward else self.object
-        failure = (f"At T={case.seq_q} (one head's score matrix: {scores:,.0f} MiB in float32) {what} may hold "
-                   f"{self.memory_cap / 2**20:g} MiB more than the notebook held before it ran, a cap the kernel "
-                   "enforces; a tiled pass needs a fraction of that. The call raised an error under the cap, as a "
-                   "call that holds the whole score matrix, or a whole row of scores for a block of queries, does "
-                   "(the error says which line).")
+        what = render(TEXTS["backward_of_apply"], name=self.object) if self.backward else self.object
+        failure = render(TEXTS["capped_error"], seq_q=case.seq_q, scores=f"{scores:,.0f}", what=what,
+                         cap=f"{self.memory_cap / 2**20:g}")
         call = untraced_call(self.object, tensors, case, self.backward)
-        judge_values = RecordJudge(expected, candidates, call=f"{case.call(what)}, under the memory cap",
-                                   passed=f"Correct: at T={case.seq_q} the call fits under the memory cap, with the "
-                                          "right values.")
+        judge_values = RecordJudge(expected, candidates, call=render(TEXTS["under_cap"], call=case.call(what)),
+                                   passed=render(TEXTS["capped_passed"], seq_q=case.seq_q))
         return Prepared(call, judge_values, memory_cap=self.memory_cap, on_error=failure)
 
 
@@ -331,7 +328,7 @@ class SkippedTilesCheck:
         clean = {name: tensors[name][..., :start, :] for name in ("q", "k", "v", "grad_output")}
         for name in "kv":
             tensors[name][..., start:start + case.block_k, :] = float("nan")
-        what = f"the backward of {self.object}.apply" if self.backward else self.object
+        what = render(TEXTS["backward_of_apply"], name=self.object) if self.backward else self.object
         if self.backward:
             expected = {"grad.q": exact_gradients(clean, causal=True)["grad.q"]}
             candidates = {m: {"grad.q": mistakes.flawed_flash_gradients(

@@ -13,6 +13,7 @@ from transformer_lm.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
 from transformer_lm.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.judging import Verdict
+from transformer_lm.verdict_texts import render
 from transformer_lm.kinds import (
     AttentionCheck,
     CallCheck,
@@ -26,15 +27,23 @@ def scores_vectors(generator, rows, width, scale=1.0):
     return {"x": torch.randn(rows, width, generator=generator) * scale}
 
 
+TEXTS = {
+    "heads": "The wrapper has {heads:number} heads in .heads; the exercise keeps num_heads=2.",
+    "width": "The outputs are {width:number}-dimensional; with 2 heads, each head's d_out must be 1.",
+    "passed": "Two heads of width 1: 2-dimensional outputs.",
+}
+"""What the check of exercise 3.2 says (:mod:`transformer_lm.verdict_texts`)."""
+
+
 def two_dimensional(record) -> Verdict:
     """Exercise 3.2: two heads whose concatenated outputs are 2-dimensional."""
     heads = sorted({name.split(".")[2] for name in record if name.startswith("shape.heads.")})
     width = record["output"].shape[-1]
     if len(heads) != 2:
-        return Verdict("failed", f"The wrapper has {len(heads)} heads in .heads; the exercise keeps num_heads=2.")
+        return Verdict("failed", render(TEXTS["heads"], heads=len(heads)))
     if width != 2:
-        return Verdict("failed", f"The outputs are {width}-dimensional; with 2 heads, each head's d_out must be 1.")
-    return Verdict("passed", "Two heads of width 1: 2-dimensional outputs.")
+        return Verdict("failed", render(TEXTS["width"], width=width))
+    return Verdict("passed", TEXTS["passed"])
 
 
 ITEMS = [
