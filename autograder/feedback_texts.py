@@ -20,8 +20,7 @@ import torch
 
 from autograder import messages
 from autograder.results import STATUSES
-from transformer_lm import catalog, checks, decoder_judges, gpt_judges, judging, tiled_judges
-from transformer_lm.verdict_texts import SLOT
+from transformer_lm import checks, decoder_judges, gpt_judges, judging, tiled_judges
 
 NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?|inf|nan)"
 NUMBERS = rf"\[(?:\.\.\., )?(?:(?:{NUMBER}|True|False)(?:, (?:{NUMBER}|True|False))*)?(?:, \.\.\.)?\]"
@@ -34,32 +33,22 @@ WORDS = {"call", "label", "text", "own", "names", "item"}
 
 TEMPLATES = (
     *messages.OUTCOME.values(), *messages.DEATHS, *messages.PROBES, messages.PROBE_FALLBACK, *messages.HIDDEN.values(),
-    *messages.STATUS_SENTENCES.values(), messages.ON_COURSE_CODE, *messages.ERRORS.values(), "Your answer cell: ",
-    " (before the notebook ran)", *STATUSES,
+    *messages.STATUS_SENTENCES.values(), messages.ON_COURSE_CODE, *messages.ERRORS.values(), messages.IN_ANSWER_CELL,
+    messages.BEFORE_RUN, *STATUSES,
     *(text for module in (judging, decoder_judges, gpt_judges, tiled_judges, checks) for text in module.TEXTS.values()),
 )
 """Every template a feedback text is made of, but for a checks file's own."""
 
 
-def _inline(kind: str) -> str:
-    mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
-    return {"number": NUMBER, "numbers": NUMBERS, "shape": SHAPE, "signal": messages.SIGNAL, "type": messages.TYPES,
-            "exception": messages.EXCEPTIONS, "mistake": mistakes,
-            "reason": "|".join(map(re.escape, messages.TAMPERING))}[kind]
+WORD_SLOT = re.compile(r"\{\w+:(?:" + "|".join(sorted(WORDS)) + r")\}")
+KINDS = {**messages.slot_kinds(()), "number": NUMBER, "numbers": NUMBERS, "shape": SHAPE}
+"""What a slot of the other kinds may hold: as in :mod:`autograder.messages`, but numbers as a check
+writes them (``inf``, ``45%``, ``8,192``), lists of them, and shapes or indexes of any sign."""
 
 
-def _pieces(template: str) -> Iterator[str]:
+def _pieces(template: str) -> list[str]:
     """``template``'s pieces, as patterns: split at each slot of words, its other slots matching their kind."""
-    parts, end = [], 0
-    for slot in SLOT.finditer(template):
-        parts.append(re.escape(template[end:slot.start()]))
-        end = slot.end()
-        if slot.group(2) in WORDS:
-            yield "".join(parts)
-            parts = []
-        else:
-            parts.append(f"(?:{_inline(slot.group(2))})")
-    yield "".join(parts) + re.escape(template[end:])
+    return [messages.template_pattern(part, KINDS) for part in WORD_SLOT.split(template)]
 
 
 class Catalogue:

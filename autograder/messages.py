@@ -16,9 +16,8 @@ values of their kind, checked here, on the trusted side:
   words;
 * ``shape``: a tensor's shape, ``(2, 3)``.
 
-A run's death, or its stop as tampered, may be told as ``Your answer cell: `` and the text (the
-cell died, and with it the checks of its answer), or with `` (before the notebook ran)`` after
-it. A text that is none of these is not shown: the student gets the status's own sentence
+A run's death, or its stop as tampered, may be told after :data:`IN_ANSWER_CELL` (the cell died,
+and with it the checks of its answer), or before :data:`BEFORE_RUN`. A text that is none of these is not shown: the student gets the status's own sentence
 instead, and the full text stays with the instructor (the feedback pages and the gradebook).
 The grader makes these texts from here (:func:`render` of :data:`DEATH` and :data:`OUTCOME`), so a
 text it writes and the catalogue's cannot drift apart.
@@ -95,6 +94,11 @@ OUTCOME = {
     "stopped": "The grader stopped the run: {why:reason}.",
     "not_written": f"{NOT_WRITTEN}: the answer still raises NotImplementedError.",
 }
+IN_ANSWER_CELL = "Your answer cell: "
+"""Put before a death's or a stop's text when an answer cell died, and with it the checks of its answer."""
+BEFORE_RUN = " (before the notebook ran)"
+"""Put after a death's or a stop's text when the run died before its first cell."""
+
 OUTCOMES = (*OUTCOME.values(), *DEATHS)
 """Every whole text of an item whose status a student sees in words (passed, missing, forbidden,
 tampered, timeout, killed)."""
@@ -161,21 +165,27 @@ def _names(names: Iterable[str]) -> str:
     return rf"(?:{one})(?:(?:, | and | or )(?:{one}))*"
 
 
-def _alternatives(texts: Iterable[str], names: Iterable[str]) -> str:
-    """``texts`` as one pattern, each slot matching what its kind allows, with ``names`` the names allowed."""
+def slot_kinds(names: Iterable[str]) -> dict[str, str]:
+    """What a slot of each kind may hold, as a pattern, with ``names`` the names allowed."""
     names = _names(names)
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
-    kinds = {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
-             "type": TYPES, "exception": EXCEPTIONS, "reason": "|".join(re.escape(why) for why in TAMPERING)}
+    return {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
+            "type": TYPES, "exception": EXCEPTIONS, "reason": "|".join(re.escape(why) for why in TAMPERING)}
 
-    def pattern(template: str) -> str:
-        parts, end = [], 0
-        for slot in SLOT.finditer(template):
-            parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
-            end = slot.end()
-        return "".join(parts) + re.escape(template[end:])
 
-    return "|".join(map(pattern, texts))
+def template_pattern(template: str, kinds: dict[str, str]) -> str:
+    """``template`` as a pattern: its text as it is, each slot matching what ``kinds`` says of its kind."""
+    parts, end = [], 0
+    for slot in SLOT.finditer(template):
+        parts += [re.escape(template[end:slot.start()]), f"(?:{kinds[slot.group(2)]})"]
+        end = slot.end()
+    return "".join(parts) + re.escape(template[end:])
+
+
+def _alternatives(texts: Iterable[str], names: Iterable[str]) -> str:
+    """``texts`` as one pattern, each slot matching what its kind allows, with ``names`` the names allowed."""
+    kinds = slot_kinds(names)
+    return "|".join(template_pattern(text, kinds) for text in texts)
 
 
 def grammar(names: Iterable[str]) -> re.Pattern:
@@ -190,7 +200,7 @@ def _grammar(names: frozenset[str], _mistakes: frozenset[str]) -> re.Pattern:
                            *STATUS_SENTENCES.values()], names)
     stops = _alternatives((*DEATHS, OUTCOME["stopped"]), names)
     hidden = _alternatives((OUTCOME["not_written"], *HIDDEN.values()), names)
-    return re.compile(rf"{whole}|(?:Your answer cell: )?(?:{stops})(?: \(before the notebook ran\))?"
+    return re.compile(rf"{whole}|(?:{re.escape(IN_ANSWER_CELL)})?(?:{stops})(?:{re.escape(BEFORE_RUN)})?"
                       rf"|(?:{_on_course_code(names).pattern})?(?:{hidden})", re.S)
 
 

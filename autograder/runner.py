@@ -26,7 +26,7 @@ import transformer_lm
 from autograder import journal, sandbox
 from autograder.preflight import Preflight
 from autograder.run_plan import plan_of
-from autograder.messages import DEATH, ERRORS, own_line, render
+from autograder.messages import BEFORE_RUN, DEATH, ERRORS, IN_ANSWER_CELL, own_line, render
 from autograder.run_reply import ending, exit_code, load_record, probe_message
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
@@ -375,7 +375,7 @@ class Attempts:
         result = self.result
         if step is None:
             for pid in self.prepared:
-                result.outcomes.setdefault(pid, ProbeOutcome(status, message + " (before the notebook ran)"))
+                result.outcomes.setdefault(pid, ProbeOutcome(status, message + BEFORE_RUN))
             return False
         kind, ident = step
         if kind == "probe":
@@ -386,6 +386,6 @@ class Attempts:
             gid = next((c.grade_id for c in self.cells if c.index == ident and c.role == "answer"), None)
             for pid in self.prepared:
                 if gid is not None and self.owner[pid] == gid:
-                    result.outcomes.setdefault(pid, ProbeOutcome(status, "Your answer cell: " + message))
+                    result.outcomes.setdefault(pid, ProbeOutcome(status, IN_ANSWER_CELL + message))
         self.plan["skip_probes"] = sorted(result.outcomes)
         return True
