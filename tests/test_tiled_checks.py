@@ -1,16 +1,24 @@
 """Assignment 05's catalogue and check kinds: the twins without flaws are the reference, every
-catalogued mistake of tiled attention is caught and named by the visible check that concerns it,
-and the course's own tiled attention passes every one (transformer_lm/tiled_kinds.py)."""
+catalogued mistake of tiled attention is caught and named by the visible check that concerns it
+(a mistake of the values by the grader's item too, in the forward and in the backward), and the
+course's own tiled attention passes every one (transformer_lm/tiled_kinds.py)."""
 
 import pytest
 import torch
 
+import notebook_tools as tools
+from autograder.course import Course, generator_for, load_items
 from live_checks import visible
 from transformer_lm import catalog, mistakes, reference
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
+from transformer_lm.kinds import judge_here
 
 NONE = TilingFlaws()
+ASSIGNMENT = "05_efficient_attention"
+OF_THE_SCORES = [m for m in catalog.TILING if "backward" in m.shows_with and m.shows_with & {"forward", "causal"}]
+"""The mistakes of a tile's scores (its scale, its causal mask), which the forward and the
+backward, recomputing the same tiles, can each make."""
 
 
 def flawed_forward(flaws):
@@ -117,3 +125,29 @@ def test_a_forward_that_never_exponentiates_cannot_have_its_work_counted():
 
     with pytest.raises(CheckFailed, match="no exponentials"):
         visible("causal_skipping", "flash_forward")(flash_forward)
+
+
+@pytest.mark.parametrize("mistake", OF_THE_SCORES, ids=lambda m: m.name)
+def test_a_mistake_of_the_scores_made_in_the_backward_is_named_by_its_check_too(mistake):
+    with pytest.raises(CheckFailed) as failure:
+        visible("flash_backward", "FlashAttention")(flawed_function(mistake.flaws))
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("mistake", [m for m in catalog.TILING if m.shows_with & {"forward", "causal", "backward"}],
+                         ids=lambda m: m.name)
+def test_the_grader_names_every_mistake_of_the_values_in_the_forward_and_the_backward(mistake):
+    """The hidden item of the forward's values, and of the gradients, fails by the first check that
+    fails (its message is the item's), so that check must name the mistake; judged here as the
+    grader judges, without the sandbox."""
+    items = {item.grade_id: item for item in load_items(Course(tools.REPO_ROOT), ASSIGNMENT)}
+    answers = {"flash_forward": {"flash_forward": flawed_forward(mistake.flaws)},
+               "flash_backward": {"FlashAttention": flawed_function(mistake.flaws)}}
+    concerned = [grade_id for grade_id, shows in (("flash_forward", {"forward", "causal"}),
+                                                  ("flash_backward", {"backward"})) if mistake.shows_with & shows]
+    for grade_id in concerned:
+        verdicts = (judge_here(check, answers[grade_id], generator_for(b"tiles", ASSIGNMENT, grade_id, index))
+                    for index, check in enumerate(items[grade_id].checks))
+        failed = next((verdict for verdict in verdicts if not verdict.passed), None)
+        assert failed is not None, f"{grade_id} passes {mistake.name}"
+        assert failed.mistake == mistake, f"{grade_id}: {failed.message}"

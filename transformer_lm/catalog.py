@@ -105,8 +105,9 @@ ATTENTION: tuple[Mistake, ...] = (
     ),
     Mistake(
         "mask_leaks_next_token", "the causal mask lets each token see the next one",
-        "The mask is off by one: block every key after the query. torch.triu(torch.ones(T, T), diagonal=1) "
-        "marks exactly the future; with diagonal=2 each token still sees the token after it.",
+        "The mask is off by one: it must block every key after the query, starting with the very next one. "
+        "Query i's future begins at key i + 1, one place above the diagonal; a mask whose band starts one "
+        "place further out still lets each token see the token after it.",
         Flaws(causal_diagonal=1), frozenset({"causal"}),
     ),
     Mistake(
@@ -153,8 +154,9 @@ ATTENTION: tuple[Mistake, ...] = (
 GENERATION: tuple[Mistake, ...] = (
     Mistake(
         "sampling_greedy", "the most likely token every time instead of a draw",
-        "sample_next_token draws from the distribution: softmax of logits / temperature over the top_k, then "
-        "torch.multinomial(probs, num_samples=1). argmax is the special case top_k=1, not the rule.",
+        "sample_next_token draws a token at random from the distribution (the softmax of the tempered logits over "
+        "the top_k), by its probabilities, as torch.multinomial does, instead of taking the most likely one every "
+        "time. argmax is the special case top_k=1, not the rule.",
         GenerationFlaws(greedy=True), frozenset({"sampling"}),
     ),
     Mistake(
@@ -178,14 +180,15 @@ GENERATION: tuple[Mistake, ...] = (
     ),
     Mistake(
         "context_cropped_to_first_tokens", "the context cropped to its first block_size tokens",
-        "When the sequence outgrows block_size, the model reads its last block_size tokens, idx[:, "
-        "-block_size:], the ones just before the token to predict; idx[:, :block_size] keeps the oldest.",
+        "When the sequence outgrows block_size, the model must read its most recent block_size tokens, the ones "
+        "just before the token to predict. Keeping the first block_size tokens keeps the oldest ones, and the "
+        "model predicts from a context that stopped growing.",
         GenerationFlaws(crop_first=True), frozenset({"generation", "cache"}),
     ),
     Mistake(
         "cache_positions_not_offset", "positions start at 0 again for the tokens after the cache",
-        "With a KV cache, the new tokens come after the cached ones: their position embeddings are "
-        "pos_emb[:, start:start + T], where start is the number of cached tokens, not pos_emb[:, :T].",
+        "With a KV cache, the new tokens come after the cached ones: their position embeddings start at the "
+        "number of tokens already in the cache, not at position 0 again.",
         GenerationFlaws(positions_from_zero=True), frozenset({"cache"}),
     ),
 )
@@ -199,9 +202,10 @@ TILING: tuple[Mistake, ...] = (
     ),
     Mistake(
         "empty_merge_nan", "two empty parts merged into NaN",
-        "When both parts of a row are still empty (maximum -inf, sum 0), the new maximum is -inf too and "
-        "exp(m_a - m) is exp(-inf - (-inf)) = exp(nan). Give an empty part the factor 0, "
-        "torch.where(torch.isneginf(m_a), 0.0, torch.exp(m_a - m)): the merged row stays empty, -inf and 0.",
+        "When both parts of a row are still empty (maximum -inf, sum 0), the new maximum is -inf too, and the "
+        "factor that rescales a part is the exp of -inf minus -inf: NaN, which spreads into the sum and the "
+        "output. An empty part has nothing to rescale: guard the case where its maximum is -inf and give it the "
+        "factor 0, so that the merged row stays empty, -inf and 0.",
         TilingFlaws(unguarded_rescale=True), frozenset({"merge"}),
     ),
     Mistake(
@@ -250,15 +254,16 @@ TILING: tuple[Mistake, ...] = (
     ),
     Mistake(
         "delta_left_out", "D left out of the scores' gradient",
-        "The softmax's gradient is dS = P * (dP - D), with D_i = rowsum(dO * O) for each query row: every "
-        "weight of a row moves the others, since the row sums to 1. Without D, dq and dk come out wrong "
-        "(dv does not need it). Compute D once, before the loop over tiles.",
+        "A row's weights sum to 1, so raising one lowers the others: the softmax's gradient takes from each dP "
+        "the row's mean of dP weighted by the weights, D (which equals the row sum of dO times O), before it "
+        "multiplies by the weights. Without D, dq and dk come out wrong (dv does not need it). Compute D once "
+        "per query row, before the loop over tiles.",
         TilingFlaws(delta_left_out=True), frozenset({"backward"}),
     ),
     Mistake(
         "dk_unscaled", "dk without the scale of the scores",
-        "The scores were S = q k^T * scale (scale = 1 / sqrt(d)), so both of their gradients carry the scale: "
-        "dq = dS @ k * scale and dk = dS^T @ q * scale.",
+        "The scores were q k^T multiplied by the scale 1 / sqrt(d), so the chain rule carries that factor into "
+        "the gradients of both of their factors: dk needs the scale as much as dq does.",
         TilingFlaws(dk_unscaled=True), frozenset({"backward"}),
     ),
     Mistake(
@@ -287,6 +292,29 @@ TILING: tuple[Mistake, ...] = (
         "else that grows with T (no tiles of weights on ctx or in a list): the backward recomputes the rest.",
         TilingFlaws(saves_weights=True), frozenset({"backward_memory"}),
     ),
+    Mistake(
+        "tile_mask_hides_diagonal", "the causal mask inside the tiles also hides each query's own key",
+        "Query i sees keys 0 to i, its own key included: inside a tile that crosses the diagonal, hide only the "
+        "keys whose position is larger than the query's. Hiding the equal position too leaves query 0 no key at "
+        "all (its row comes out NaN) and takes every other query's own key out of its average. The backward "
+        "recomputes the same tiles, so its mask must be the forward's.",
+        TilingFlaws(tile_diagonal=-1), frozenset({"causal", "backward"}),
+    ),
+    Mistake(
+        "tile_mask_leaks_next_token", "the causal mask inside the tiles lets each query see the next key",
+        "The mask inside a tile is off by one: query i may see keys 0 to i, so hide every key whose position is "
+        "larger than the query's. Hiding only those beyond i + 1 lets a query see the token after it, the very "
+        "one it should predict. The backward recomputes the same tiles, so its mask must be the forward's.",
+        TilingFlaws(tile_diagonal=1), frozenset({"causal", "backward"}),
+    ),
+    Mistake(
+        "tile_no_scaling", "the scores of the tiles not scaled by 1/sqrt(d)",
+        "Each tile's scores are q k^T times 1 / sqrt(d), d the width of q and k, taken before the maximum and the "
+        "exponentials; unscaled, the weights and the log-sum-exp are those of a sharper softmax. The backward "
+        "recomputes the weights exp(S - lse) from the same scaled scores S, and multiplies dq and dk by the scale "
+        "as well.",
+        TilingFlaws(scores_unscaled=True), frozenset({"forward", "causal", "backward"}),
+    ),
 )
 
 DECODER: tuple[Mistake, ...] = (
@@ -299,8 +327,9 @@ DECODER: tuple[Mistake, ...] = (
     ),
     Mistake(
         "rope_exponent_off", "the rotary frequencies' exponent off (i/d instead of 2i/d)",
-        "Pair i turns by base ** (-2i / d) per position, for i = 0 .. d/2 - 1: torch.arange(0, d, 2) / d, not "
-        "torch.arange(d // 2) / d, whose slowest pair turns about sqrt(base) times too fast.",
+        "Pair i turns by base ** (-2i / d) per position, for i = 0 .. d/2 - 1: the exponent runs over the even "
+        "feature indices 0, 2, .., d - 2 divided by d, so it nearly reaches 1. Counting the pairs 0, 1, .., "
+        "d/2 - 1 over d stops near 1/2, and the slowest pair turns about sqrt(base) times too fast.",
         DecoderFlaws(rope_exponent="i/d"), frozenset({"rope", "gqa"}),
     ),
     Mistake(
@@ -312,20 +341,23 @@ DECODER: tuple[Mistake, ...] = (
     ),
     Mistake(
         "window_off_by_one", "the sliding window off by one",
-        "A window of w keys counts the query's own key: query i sees keys i - w + 1 .. i, so the band of "
-        "torch.triu starts at diagonal -(w - 1), not -w (one key too many) or -(w - 2) (one too few).",
+        "A window of w keys counts the query's own key: each query sees its own key and the w - 1 keys just "
+        "before it, nothing earlier and nothing later. A window that reaches back w keys sees one key too "
+        "many; one that reaches back w - 2 sees one too few.",
         DecoderFlaws(window_offset=1), frozenset({"window"}),
     ),
     Mistake(
         "pads_attended", "pad tokens attended to",
-        "Combine the causal mask with the attention mask of the padding, so that no query looks at a pad key: "
-        "causal & attention_mask[:, None, None, :].bool().",
+        "Combine the causal mask with the attention mask of the padding, so that no query looks at a pad key: a "
+        "key is allowed only where both masks allow it, with the padding's mask (one row per sequence, one "
+        "entry per key) shaped to broadcast over the heads and the queries.",
         DecoderFlaws(pads_attended=True), frozenset({"padding"}),
     ),
     Mistake(
         "positions_from_padding", "positions counted from the padding",
-        "A left-padded prompt's first real token is at position 0, as it would be alone: positions = "
-        "(attention_mask.cumsum(-1) - 1).clamp(min=0), not torch.arange(T), which counts the pads.",
+        "A left-padded prompt's first real token is at position 0, as it would be alone: count each row's real "
+        "tokens so far along the attention mask, start that count at 0, and give the pads 0. Numbering every "
+        "column from 0 counts the pads as tokens.",
         DecoderFlaws(positions_from_padding=True), frozenset({"padding"}),
     ),
     Mistake(

@@ -43,10 +43,10 @@ TEXTS = {
     "padding_wrong": "{calls:call}: {what:text} wrong for prompt {row:number}",
     "padding_got": ": got {got:numbers}, expected {expected:numbers}",
     "padding_passed": "Correct: positions from each prompt's first token, and no query sees padding.",
-    "pads_wrong": " The real tokens' positions are right; the pads' are not: the pads get 0, "
-                  "(attention_mask.cumsum(-1) - 1).clamp(min=0).",
-    "one_too_high": " Each real token's position is one too high: the first real token is at 0, so subtract 1 from "
-                    "the running count, (attention_mask.cumsum(-1) - 1).clamp(min=0).",
+    "pads_wrong": " The real tokens' positions are right; the pads' are not: the pads get 0, as a prompt's first "
+                  "real token does.",
+    "one_too_high": " Each real token's position is one too high: the first real token is at 0, one less than the "
+                    "running count of real tokens up to it.",
     "tokens_passed": "Correct: each prompt's tokens in the padded batch are those it gets alone.",
     "rows": "{call:call} returned {rows:number} rows; expected one per prompt ({expected:number}).",
     "no_rows": "{call:call} returned no rows; expected one per prompt ({expected:number}).",

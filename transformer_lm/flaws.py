@@ -53,6 +53,8 @@ class TilingFlaws:
     delta_from_tile: bool = False  # D = rowsum(P * dP) over one tile instead of rowsum(dO * O)
     delta_left_out: bool = False  # dS = P * dP, without D
     dk_unscaled: bool = False  # dk = dS^T q, without the 1/sqrt(d) the scores were scaled by
+    tile_diagonal: int = 0  # the last key a causal query sees in a tile, from itself: -1 hides it, 1 leaks the next
+    scores_unscaled: bool = False  # each tile's scores (in the forward and the backward) without the 1/sqrt(d)
     full_scores: bool = False  # the whole (T_q, T_k) score matrix built at once
     full_row: bool = False  # each query block's maximum and sum taken over its whole row of keys
     backward_full: bool = False  # the backward rebuilds the whole (T_q, T_k) weight matrix

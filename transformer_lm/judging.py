@@ -34,6 +34,14 @@ TEXTS = {
     "nan": "{name:label} contains NaN (first at index {index:shape}). A row whose every score is -inf gives NaN after "
            "the softmax; so does a softmax over the wrong dimension of a masked row.",
     "not_nan": "{name:label} has numbers where NaN was expected.",
+    "overflow": "{name:label} is NaN or inf at index {index:shape}, where the expected value is finite: an "
+                "overflow. Row {row:shape} of {input:label} holds ",
+    "overflow_values": "{values:numbers}",
+    "overflow_count": "{count:number} number(s)",
+    "overflow_why": " above {limit:number}, and exp of a number above {limit:number} is inf in its dtype: the row's "
+                    "sum is inf, and inf / inf is NaN. A softmax is unchanged when every score of a row is shifted "
+                    "by the same number: shift each row so that its largest score is 0 before the exponential, and "
+                    "no exp can overflow.",
     "values": "{name:label} has the right shape {shape:shape} but wrong values: the largest error is {error:number} at "
               "index {index:shape}.",
     "values_shown": "{name:label} has the right shape {shape:shape} but wrong values: the largest error is "
@@ -127,6 +135,45 @@ def difference(name: str, got: torch.Tensor, expected: torch.Tensor,
                   expected_row=_show(expected, first), got_row=_show(got, first))
 
 
+def exp_limit(dtype: torch.dtype) -> float:
+    """The largest number whose exp is finite in ``dtype`` (88.72 in float32): exp of any larger one is inf."""
+    return math.log(torch.finfo(dtype).max)
+
+
+def overflowing(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """The inputs of ``inputs`` that hold a number whose exp overflows in their dtype, or None: what a
+    judge keeps to name an overflow (a softmax's scores in the hundreds), and only where one can happen."""
+    found = {name: x for name, x in inputs.items()
+             if isinstance(x, torch.Tensor) and x.is_floating_point() and bool((x > exp_limit(x.dtype)).any())}
+    return found or None
+
+
+def overflow(name: str, got: torch.Tensor, expected: torch.Tensor, inputs: dict[str, torch.Tensor],
+             values: bool = True) -> str | None:
+    """Names an overflow: ``got`` is NaN or inf where ``expected`` is finite, in a row (all indexes but
+    the last) of an input of its shape that holds numbers whose exp is inf in the input's dtype. A
+    softmax written without shifting its scores gives just that, and a message about -inf rows would
+    send its author the wrong way. The row's offending numbers are shown, but for a hidden check
+    (``values=False``), whose inputs are secret: it gives their count."""
+    if not got.is_floating_point() or got.shape != expected.shape:
+        return None
+    broken = ~torch.isfinite(got) & torch.isfinite(expected)
+    for input_name, x in inputs.items():
+        if x.shape != got.shape or x.dim() == 0:
+            continue
+        limit = exp_limit(x.dtype)
+        rows = torch.nonzero(broken.any(-1) & (x > limit).any(-1))
+        if len(rows):
+            row = tuple(rows[0].tolist())
+            index = (*row, int(torch.nonzero(broken[row])[0]))
+            over = x[row][x[row] > limit]
+            held = render(TEXTS["overflow_values"], values=_show(over)) if values else \
+                render(TEXTS["overflow_count"], count=over.numel())
+            return (render(TEXTS["overflow"], name=name, index=index, row=row, input=input_name) + held
+                    + render(TEXTS["overflow_why"], limit=f"{limit:.4g}"))
+    return None
+
+
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     """The index of position ``flat`` of a tensor of ``shape`` (flattened)."""
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
@@ -177,10 +224,13 @@ def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mist
 
 def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
           candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
-          rtol: float = RTOL, atol: float = ATOL, values: bool = True, labels: dict[str, str] | None = None) -> Verdict:
+          rtol: float = RTOL, atol: float = ATOL, values: bool = True, labels: dict[str, str] | None = None,
+          inputs: dict[str, torch.Tensor] | None = None) -> Verdict:
     """Compares a probe's record with the expected one: output, then weights, then gradients.
     ``values=False`` keeps expected values out of the message (for hidden checks); ``labels``
-    names keys in the message (a gradient's key ``grad.x`` reads "the gradient of x")."""
+    names keys in the message (a gradient's key ``grad.x`` reads "the gradient of x"); an output
+    that is not finite where it should be is named an overflow when ``inputs`` explain it
+    (:func:`overflow`)."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
     # A mistake that gives the expected record here cannot be what went wrong.
     candidates = {m: r for m, r in (candidates or {}).items()
@@ -191,6 +241,8 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
         if key not in got:
             return Verdict("failed", render(TEXTS["not_produced"], name=label))
         problem = difference(label, got[key], expected[key], rtol, atol, values)
+        if problem and key == "output" and inputs:
+            problem = overflow(label, got[key], expected[key], inputs, values) or problem
         if problem:
             return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
     if _changes_between_calls(got, rtol, atol):
@@ -229,12 +281,14 @@ class RecordJudge:
     call: str = ""     # what was called, put before a failure's message
     passed: str = ""   # the message of a pass, in place of the general one
     labels: dict[str, str] | None = None   # how a failure's message speaks of a record's key
+    inputs: dict[str, torch.Tensor] | None = None   # the inputs whose exp overflows (:func:`overflowing`)
 
     def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
         later = isinstance(self.candidates, Computed)
-        verdict = judge(record, self.expected, None if later else self.candidates, values=values, labels=self.labels)
+        said = dict(values=values, labels=self.labels, inputs=self.inputs)
+        verdict = judge(record, self.expected, None if later else self.candidates, **said)
         if later and not verdict.passed:
-            verdict = judge(record, self.expected, self.candidates(), values=values, labels=self.labels)
+            verdict = judge(record, self.expected, self.candidates(), **said)
         verdict.names = self.names
         if verdict.passed and self.passed:
             verdict.message = self.passed

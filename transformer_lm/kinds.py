@@ -24,7 +24,7 @@ import torch
 from transformer_lm import adapters, reference
 from transformer_lm import catalog, mistakes
 from transformer_lm.cases import AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors
-from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict
+from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict, overflowing
 from transformer_lm.mistake_family import MistakeFamily
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.random_weights import randomize
@@ -247,11 +247,13 @@ def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad
                    candidates: dict | None = None, call_kwargs: dict | None = None) -> Prepared:
     """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
     against ``expected_fn``: what :class:`CallCheck` prepares once it has drawn them. The
-    student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold."""
+    student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold. Inputs
+    whose exp overflows (a softmax's scores in the hundreds) go to the judge too, so that an
+    answer that overflows on them is told so, with the row that did."""
     expected = function_records(expected_fn, inputs, grad_output)
     call = ProbeCall.of(probes.probe_function, {"fn": name},
                         {"inputs": inputs, "grad_output": grad_output, "call_kwargs": call_kwargs})
-    return Prepared(call, RecordJudge(expected, candidates))
+    return Prepared(call, RecordJudge(expected, candidates, inputs=overflowing(inputs)))
 
 
 @dataclass(frozen=True)

@@ -200,11 +200,27 @@ def flawed_key_blocks(query_start: int, query_stop: int, keys: int, block_k: int
     return range(0, min(keys, stop), block_k)
 
 
+def flawed_tile_scores(qb: torch.Tensor, kb: torch.Tensor, query_start: int, key_start: int, causal: bool,
+                       flaws: TilingFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.reference.tile_scores` as a student might write it, in the forward or
+    in the backward's recomputation: without the scale (``scores_unscaled``), or with the causal
+    mask of every tile off by ``tile_diagonal`` (-1: a query's own key hidden; 1: the next key seen).
+    The mask is applied to every tile, as the notebook's picture builds it."""
+    scores = reference.attention_scores(qb, kb, 1.0 if flaws.scores_unscaled else None)
+    if causal:
+        rows = torch.arange(query_start, query_start + qb.shape[-2], device=qb.device).unsqueeze(-1)
+        cols = torch.arange(key_start, key_start + kb.shape[-2], device=qb.device)
+        scores = scores.masked_fill(cols > rows + flaws.tile_diagonal, float("-inf"))
+    return scores
+
+
 def flawed_flash_forward(q, k, v, causal: bool, block_q: int, block_k: int,
                          flaws: TilingFlaws) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`transformer_lm.reference.flash_forward` as a student might write it: the output and
     the log-sum-exp per query, computed tile by tile with ``flaws`` (``full_scores`` computes the
-    whole score matrix at once; ``full_row`` each query block's whole row of keys)."""
+    whole score matrix at once; ``full_row`` each query block's whole row of keys). Its exponentials
+    are unguarded, as the notebook's loop writes them: a row that sees no key at all (query 0, its
+    own key hidden) comes out NaN in both the output and the log-sum-exp, as such a student's does."""
     if flaws.full_scores:
         mask = reference.causal_mask(q.shape[-2], k.shape[-2]) if causal else None
         scores = reference.apply_mask(reference.attention_scores(q, k), mask)
@@ -218,12 +234,11 @@ def flawed_flash_forward(q, k, v, causal: bool, block_q: int, block_k: int,
         blocks = flawed_key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal, flaws)
         step = k.shape[-2] if flaws.full_row else block_k
         for ks in (range(0, blocks.stop, step) if flaws.full_row else blocks):
-            scores = reference.tile_scores(qb, k[..., ks:ks + step, :], qs, ks, causal)  # (..., bq, bk)
+            scores = flawed_tile_scores(qb, k[..., ks:ks + step, :], qs, ks, causal, flaws)  # (..., bq, bk)
             tile_max = scores.amax() if flaws.global_maximum else scores.amax(dim=-1)  # one for all rows, or each row's
             new_max = torch.maximum(maximum, tile_max)
-            finite = torch.where(torch.isneginf(new_max), 0.0, new_max).unsqueeze(-1)
-            weights = torch.exp(scores - finite)
-            kept = reference.rescale(maximum, new_max)
+            weights = torch.exp(scores - new_max.unsqueeze(-1))
+            kept = torch.exp(maximum - new_max)
             total = total * (1.0 if flaws.total_not_rescaled else kept) + weights.sum(dim=-1)
             acc = (acc if flaws.output_not_rescaled else acc * kept.unsqueeze(-1)) + weights @ v[..., ks:ks + step, :]
             maximum = new_max
@@ -236,10 +251,10 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
                            flaws: TilingFlaws) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients with respect to q, k and v that :func:`transformer_lm.reference.flash_backward`
     written with ``flaws`` gives (``delta_from_tile``: D summed over each tile only;
-    ``delta_left_out``: no D at all; ``dk_unscaled``: dk without the scale of the scores)."""
+    ``delta_left_out``: no D at all; ``dk_unscaled``: dk without the scale of the scores; the
+    tiles' scores recomputed as :func:`flawed_tile_scores` makes them), under the reference's
+    forward: the grader judges a backward with the course's forward in place of a wrong one."""
     out, lse = reference.flash_forward(q, k, v, causal, block_q, block_k)
-    if not (flaws.delta_from_tile or flaws.delta_left_out or flaws.dk_unscaled):
-        return reference.flash_backward(q, k, v, out, lse, grad_out, causal, block_q, block_k)
     scale = 1.0 / math.sqrt(q.shape[-1])
     delta = (grad_out * out).sum(dim=-1, keepdim=True)   # D = rowsum(dO * O), (..., T_q, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -247,7 +262,8 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
         qb, dob = q[..., qs:qs + block_q, :], grad_out[..., qs:qs + block_q, :]
         for ks in reference.key_blocks(qs, qs + qb.shape[-2], k.shape[-2], block_k, causal):
             kb, vb = k[..., ks:ks + block_k, :], v[..., ks:ks + block_k, :]
-            probs = torch.exp(reference.tile_scores(qb, kb, qs, ks, causal) - lse[..., qs:qs + block_q].unsqueeze(-1))
+            scores = flawed_tile_scores(qb, kb, qs, ks, causal, flaws)
+            probs = torch.exp(scores - lse[..., qs:qs + block_q].unsqueeze(-1))
             dv[..., ks:ks + block_k, :] += probs.transpose(-2, -1) @ dob
             dprobs = dob @ vb.transpose(-2, -1)
             row_delta = (probs * dprobs).sum(dim=-1, keepdim=True) if flaws.delta_from_tile \

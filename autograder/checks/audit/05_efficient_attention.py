@@ -24,6 +24,8 @@ MASK_IF = "if causal and k_stop - 1 > q_start:"
 MASK_FILL = 'scores = scores.masked_fill(cols > rows, float("-inf"))               # (B, H, bq, bk)\n' \
             "            new_max"
 BACKWARD_SCORES = "scores = q_tile @ k_tile.transpose(-2, -1) * scale"
+BACKWARD_MASK = 'scores = scores.masked_fill(cols > rows, float("-inf"))               # (B, H, bq, bk)\n' \
+                "            weights"
 D_SCORES = "d_scores = weights * (d_weights - D_tile)"
 DK = "dk[..., k_start:k_stop, :] += d_scores.transpose(-2, -1) @ q_tile * scale"
 SAVE = "ctx.save_for_backward(q, k, v, out, lse)"
@@ -141,6 +143,20 @@ KEYS_OUTSIDE = '''def flash_backward(q, k, v, out, lse, grad_out, causal=False, 
 '''
 
 
+def mask_and_scale(answer, grade_id, scores, mask):
+    """The causal mask inside the tiles off by one either way, and the scores unscaled, in the
+    forward's cell or the backward's (which recomputes the same tiles). The mask that hides the
+    diagonal is applied to every tile, as the notebook's picture builds it: under the solution's
+    test, which skips the tiles whose keys all lie at or before the first query, it would still
+    show a query its own key where a tile ends on it."""
+    return {
+        "tile_mask_hides_diagonal": answer(grade_id, (MASK_IF, "if causal:"),
+                                           (mask, mask.replace("cols > rows", "cols >= rows"))),
+        "tile_mask_leaks_next_token": answer(grade_id, (mask, mask.replace("cols > rows", "cols > rows + 1"))),
+        "tile_no_scaling": answer(grade_id, (scores, scores.replace(" * scale", ""))),
+    }
+
+
 def mutants(answer):
     return {
         "online_softmax": {
@@ -156,6 +172,7 @@ def mutants(answer):
             "global_maximum": answer(FF, (NEW_MAX, "new_max = torch.maximum(row_max, scores.amax())")),
             "lse_without_max": answer(FF, (LSE, "lse[..., q_start:q_stop] = torch.log(row_sum)")),
             "causal_skip_misses_diagonal": answer(FF, (KEY_LOOP, KEY_LOOP.replace("q_stop", "q_start"))),
+            **mask_and_scale(answer, FF, SCORES, MASK_FILL),
         },
         "flash_memory": {
             "full_score_matrix": answer(FF, (SCORES, "scores = (q @ k.transpose(-2, -1) * scale)"
@@ -172,6 +189,7 @@ def mutants(answer):
                                                      ".sum(dim=-1, keepdim=True))")),
             "delta_left_out": answer(FB, (D_SCORES, "d_scores = weights * d_weights")),
             "dk_unscaled": answer(FB, (DK, "dk[..., k_start:k_stop, :] += d_scores.transpose(-2, -1) @ q_tile")),
+            **mask_and_scale(answer, FB, BACKWARD_SCORES, BACKWARD_MASK),
         },
         "backward_memory": {
             "backward_full_matrix": answer(FB, (BACKWARD_SCORES, "scores = (q @ k.transpose(-2, -1) * scale)"
