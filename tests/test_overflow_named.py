@@ -115,3 +115,13 @@ def test_an_overflow_in_float64_is_read_against_float64s_limit():
     scores = torch.tensor([[700.0, 705.0, 720.0]], dtype=torch.float64)
     message = overflow("output", naive(scores), library(scores), {"x": scores})
     assert "Row (0,) of x holds [720] above 709.8" in message, message
+
+
+def test_an_online_softmax_that_overflows_is_told_so_with_its_scores():
+    """Assignment 05's online softmax meets scores in the hundreds too (its spread case)."""
+    entries = visible_checks.ASSIGNMENTS["05_efficient_attention"]()["online_softmax"]
+    with pytest.raises(CheckFailed) as failed:
+        for entry in entries:
+            checks.run(entry["name"], entry["check"], {"online_softmax": lambda scores, block: naive(scores)},
+                       entry["context"])
+    assert "an overflow. Row (1,) of scores holds [" in str(failed.value), str(failed.value)

@@ -171,15 +171,18 @@ def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: 
 @dataclass
 class SoftmaxJudge:
     """An online softmax (``call``) gives the ``expected`` softmax of each row, naming the
-    ``candidates`` it matches, and reduces at most ``block`` scores at once."""
+    ``candidates`` it matches, and reduces at most ``block`` scores at once. ``inputs``, the scores
+    whose exp overflows, if any, name an overflow as one (:func:`transformer_lm.judging.overflow`)."""
 
     call: str
     block: int
     expected: dict[str, torch.Tensor]
     candidates: dict[catalog.Mistake, dict[str, torch.Tensor]]
+    inputs: dict[str, torch.Tensor] | None = None
 
     def __call__(self, record, value, values: bool) -> Verdict:
-        verdict = RecordJudge(self.expected, self.candidates, call=self.call)(record, value, values)
+        judge = RecordJudge(self.expected, self.candidates, call=self.call, inputs=self.inputs)
+        verdict = judge(record, value, values)
         if not verdict.passed:
             return verdict
         widest = int(record["trace.widest"])

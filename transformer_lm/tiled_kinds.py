@@ -17,7 +17,7 @@ import torch
 from transformer_lm import catalog, mistakes
 from transformer_lm import reference
 from transformer_lm.flaws import TilingFlaws
-from transformer_lm.judging import Computed, RecordJudge
+from transformer_lm.judging import Computed, RecordJudge, overflowing
 from transformer_lm.prepared import Prepared, ProbeCall
 from transformer_lm.sandboxed import probes
 from transformer_lm.tiled_judges import (SPREAD, TEXTS, WORK_TOLERANCE, FunctionJudge, MemoryJudge, PrefixJudge,
@@ -86,7 +86,7 @@ class OnlineSoftmaxCheck:
         return Prepared(ProbeCall.of(probes.probe_traced, {"fn": self.object},
                                      {"inputs": {"scores": scores}, "parts": ["output"],
                                       "call_kwargs": {"block": self.block}}),
-                        SoftmaxJudge(call, self.block, expected, candidates))
+                        SoftmaxJudge(call, self.block, expected, candidates, inputs=overflowing({"scores": scores})))
 
 
 @dataclass(frozen=True)
