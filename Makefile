@@ -49,7 +49,7 @@ system-packages:
 	  echo "(Until then the grader refuses to run student code unless given --unsafe-no-sandbox.)"; \
 	fi
 
-# Debian's chromium drives the browser test (tests/test_browser.py, through Playwright; never
+# Debian's chromium drives the browser tests (tests/test_student_kit.py and others, through Playwright; never
 # `playwright install`, which downloads a browser). Installed when we may (root with apt-get);
 # otherwise the exact command is printed and that one test is skipped.
 browser-packages:
@@ -59,7 +59,7 @@ browser-packages:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else \
 	  echo "chromium is missing. Install it with: sudo apt-get install chromium chromium-driver"; \
-	  echo "(Until then the browser test, tests/test_browser.py, is skipped.)"; \
+	  echo "(Until then the browser tests are skipped.)"; \
 	fi
 
 # podman builds and runs the TA's container in its test (tests/test_container.py), with runc

@@ -42,8 +42,8 @@ STUDENT_FILES = (
 """The files of ``transformer_lm`` that students receive. The reference, the mistakes' code, the
 kinds of check and the visible checks' table (which prepare with the reference) stay here."""
 
-STUDENT_REQUIREMENTS = ("torch", "numpy", "safetensors", "matplotlib", "jupyterlab", "notebook", "nbgrader",
-                        "nbformat", "nbclient", "nbconvert", "ipykernel", "pycodestyle")
+STUDENT_REQUIREMENTS = ("torch", "numpy", "safetensors", "matplotlib", "tqdm", "jupyterlab", "notebook",
+                        "nbgrader", "nbformat", "nbclient", "nbconvert", "ipykernel", "pycodestyle")
 """The pinned libraries of the course's requirements.txt that a student's environment needs."""
 
 WHEEL_PROJECT = """\
@@ -89,13 +89,26 @@ jupyter-config/             the "Check with the grader" toolbar button (for a co
 ## Set up (once)
 
 On a course JupyterHub everything is installed already: open `assignments/`. On your own
-machine, with Python 3.11, from this folder:
+machine, with Python 3.11, run these from this folder (the folder this README is in):
 
 ```bash
 python3.11 -m venv .venv
 .venv/bin/pip install -r requirements.txt
-# the "Check with the grader" button, for a course that runs the grading service:
+# nbgrader's instructor tools (the formgrader, the course list, "Create Assignment") are not for
+# students: turn them off, as nbgrader's documentation says; Validate and the assignment list stay.
+.venv/bin/jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader \\
+    nbgrader.server_extensions.course_list
+.venv/bin/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:formgrader \\
+    @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment
+.venv/bin/jupyter labextension lock --level=sys_prefix @jupyter/nbgrader:formgrader \\
+    @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment
+# the "Check with the grader" button (it works where your course runs the grading service):
 mkdir -p .venv/share/jupyter/lab/settings && cp jupyter-config/overrides.json .venv/share/jupyter/lab/settings/
+```
+
+Then, each time you work on the course, start JupyterLab from this folder:
+
+```bash
 .venv/bin/jupyter lab
 ```
 

@@ -17,6 +17,10 @@ import nbformat
 import torch
 from nbclient import NotebookClient
 
+HIDDEN_MODULES = ("transformer_lm.reference", "transformer_lm.mistakes", "transformer_lm.kinds",
+                  "transformer_lm.visible_checks", "autograder")
+"""The instructor's modules, which the kit's environment must not be able to import."""
+
 
 def execute(job: dict) -> None:
     nb = nbformat.read(job["path"], as_version=4)
@@ -104,10 +108,8 @@ def main(jobs_path: str, out_path: str) -> None:
     jobs = json.load(open(jobs_path))
     import transformer_lm
 
-    out = {"package": transformer_lm.__file__,
-           "hidden": [name for name in ("transformer_lm.reference", "transformer_lm.mistakes", "transformer_lm.kinds",
-                                        "transformer_lm.visible_checks", "autograder")
-                      if importlib.util.find_spec(name) is not None]}
+    out = {"package": transformer_lm.__file__, "path": sys.path,
+           "hidden": [name for name in HIDDEN_MODULES if importlib.util.find_spec(name) is not None]}
     for job in jobs.get("notebooks", []):
         execute(job)
     if jobs.get("names"):

@@ -1,18 +1,22 @@
-"""What students receive (autograder student-kit) holds no answer, and works on its own.
+"""What students receive (autograder student-kit), as a student meets it: it holds no answer, and
+works on its own.
 
-The kit is built into a temporary folder and its package installed into a fresh virtual
-environment that cannot import the course repository: the third-party libraries come from the
-course's environment (a .pth line, whose own .pth files, the repository's editable install among
-them, Python does not read), the course's package only from the kit's wheel. There, run by
-tests/kit_runner.py:
+A student's copy of the kit is set up by the kit README's own steps: a fresh virtual environment
+made from the kit's requirements.txt alone (the pinned libraries, from the package registry, and
+the kit's wheel), which sees neither the course's environment nor its repository, with nbgrader's
+instructor tools turned off. There, run by tests/kit_runner.py:
 
-* every release notebook runs with its answers blank and every visible check says TODO;
-* with the solutions' answers put in, every visible check passes;
+* every release notebook runs with its answers blank and every visible check says TODO (its
+  demonstrations, training runs and plots, left out: they call answers not written yet);
+* with the solutions' answers put in, every release notebook runs top to bottom without an error,
+  demonstrations included, and every visible check passes;
 * every lecture notebook runs top to bottom;
-* every stored check, given what each of its catalogued mistakes gives, fails and names it.
+* every stored check, given what each of its catalogued mistakes gives, fails and names it;
+* the kernel imports the kit's package and nothing of the instructor's.
 
-Demonstration cells (tagged ``skip-grading``: training runs, plots) are left out of the assignments'
-runs; the assignments' own tests run them.
+Every path a notebook names is in the kit. In JupyterLab, in headless Chromium, a student walks
+assignment 01 from the kit's environment: no instructor tool shows, a mistake is named, its fix
+passes, "Check with the grader" says no service is connected, and Validate passes the solution.
 
 The leak test reads every file of the kit, inside the wheel too, for a solution's line, a model
 answer, a hidden checks file, a module or a definition of the reference, and a module that defines
@@ -21,21 +25,30 @@ what a notebook asks students to write; a kit with each of those planted in it i
 
 import ast
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import browser_tools
 import notebook_tools as tools
 from autograder import student_kit
 from autograder.errors import GradingError
 from autograder.preflight import SKIP_TAG
+from kit_runner import HIDDEN_MODULES
+from transformer_lm import grader_check
 
+pytestmark = pytest.mark.timeout(1800)  # the first run test sets up the kit's environment and runs every notebook
 ROOT = tools.REPO_ROOT
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir())
 
@@ -55,38 +68,68 @@ def kit(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def kit_python(kit, tmp_path_factory):
-    """A fresh virtual environment with the kit's package installed from its wheel."""
-    env = tmp_path_factory.mktemp("kitenv") / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "course_libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    [wheel] = (kit / "wheels").glob("*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                    "--no-index", str(wheel)], check=True)
-    return python
+def readme_steps(folder: Path, heading: str) -> str:
+    """The shell lines of the first ``bash`` block under ``heading`` in the kit's README, as a
+    student copies them."""
+    section = (folder / "README.md").read_text().split(f"## {heading}", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture(scope="module")
-def kit_runs(kit, kit_python, tmp_path_factory):
-    """Every release notebook blank and filled in, and every lecture, run in the kit's environment."""
+def course_folder(kit, tmp_path_factory):
+    """A student's copy of the kit, set up by the kit README's own steps, run as written from the
+    folder: a fresh virtual environment made from the kit's requirements.txt alone (the pinned
+    libraries and the kit's wheel), with nothing of the course's environment or repository on its
+    paths, and nbgrader's instructor tools turned off."""
+    folder = tmp_path_factory.mktemp("student") / "course"
+    shutil.copytree(kit, folder)
+    outside = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
+    course_bin = str(Path(sys.executable).parent)
+    env = {**{k: v for k, v in os.environ.items() if k not in outside and not k.startswith("JUPYTER")},
+           "PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != course_bin)}
+    steps = readme_steps(folder, "Set up (once)")
+    made = subprocess.run(["bash", "-euo", "pipefail", "-c", steps], cwd=folder, env=env, capture_output=True,
+                          text=True)
+    assert made.returncode == 0, f"the README's set-up failed:\n{steps}\n{made.stdout[-3000:]}{made.stderr[-3000:]}"
+    return folder
+
+
+@pytest.fixture(scope="module")
+def kit_python(course_folder):
+    return course_folder / ".venv" / "bin" / "python"
+
+
+KERNEL_PROBE = """import importlib.util, json, sys
+import transformer_lm
+print(json.dumps({"python": sys.executable, "package": transformer_lm.__file__, "path": sys.path,
+                  "hidden": [n for n in %r if importlib.util.find_spec(n) is not None]}))
+""" % (HIDDEN_MODULES,)
+
+
+@pytest.fixture(scope="module")
+def kit_runs(course_folder, kit_python, tmp_path_factory):
+    """In the student's environment: every release notebook blank (its demonstrations left out,
+    since they call answers not written yet) and with the solutions' answers put in (top to
+    bottom, demonstrations included), every lecture, and a probe of what the kernel imports."""
     work = tmp_path_factory.mktemp("runs")
     jobs = []
     for assignment in ASSIGNMENTS:
-        [released] = (kit / "assignments" / assignment).glob("*.ipynb")
+        [released] = (course_folder / "assignments" / assignment).glob("*.ipynb")
         [source] = (ROOT / "source" / assignment).glob("*.ipynb")
-        for kind, nb in (("blank", tools.read(released)), ("filled", tools.filled_in(released, source))):
+        for kind, nb in (("blank", without_demonstrations(tools.read(released))),
+                         ("filled", tools.filled_in(released, source))):
             path = work / f"{assignment}-{kind}.ipynb"
-            nbformat.write(without_demonstrations(nb), path)
+            nbformat.write(nb, path)
             jobs.append({"path": str(path), "out": str(path), "cwd": str(released.parent), "allow_errors": True})
-    for lecture in sorted((kit / "lectures").glob("*.ipynb")):
+    for lecture in sorted((course_folder / "lectures").glob("*.ipynb")):
         jobs.append({"path": str(lecture), "out": str(work / lecture.name), "cwd": str(lecture.parent),
                      "allow_errors": True})
+    probe = work / "probe.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_PROBE)]), probe)
+    jobs.append({"path": str(probe), "out": str(probe), "cwd": str(course_folder), "allow_errors": False})
     (work / "jobs.json").write_text(json.dumps({"notebooks": jobs, "names": True}))
-    ran = subprocess.run([kit_python, ROOT / "tests" / "kit_runner.py", work / "jobs.json", work / "out.json"],
+    shutil.copy(ROOT / "tests" / "kit_runner.py", work)   # run from here, so that no folder of the course is on its path
+    ran = subprocess.run([kit_python, work / "kit_runner.py", work / "jobs.json", work / "out.json"],
                          capture_output=True, text=True, cwd=work)
     assert ran.returncode == 0, ran.stderr[-3000:]
     return work, json.loads((work / "out.json").read_text())
@@ -144,10 +187,15 @@ def test_a_kit_with_an_answer_planted_in_it_is_refused(kit, tmp_path):
         student_kit.build(kit)
 
 
-def test_the_kits_package_is_the_only_course_code_its_environment_sees(kit_runs, kit_python):
-    _, out = kit_runs
-    assert str(kit_python.parent.parent) in out["package"], out["package"]
-    assert out["hidden"] == []
+def test_the_kits_package_is_the_only_course_code_its_environment_sees(kit_runs, course_folder):
+    work, out = kit_runs
+    [kernel] = [json.loads(tools.text_outputs(cell)) for cell in tools.read(work / "probe.ipynb").cells]
+    venv = str(course_folder / ".venv")
+    for seen in (out, kernel):   # the runner's process, and the notebooks' kernel
+        assert seen["package"].startswith(venv), seen["package"]
+        assert seen["hidden"] == []
+        assert not [p for p in seen["path"] if str(ROOT) in p or sysconfig.get_paths()["purelib"] in p], seen["path"]
+    assert kernel["python"].startswith(venv)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -181,3 +229,169 @@ def test_in_the_kit_every_stored_check_names_its_mistakes(kit_runs):
     assert wrong == []
     named = {found["given"] for found in out["names"]}
     assert len(named) >= 33, sorted(named)   # 33 when the kit was first built
+
+
+QUOTED = re.compile(r"`([^`\s]+)`|\]\(([^)\s]+)\)")
+UNDER_A_FOLDER = re.compile(r"(?<![\w./-])((?:notebooks|lectures|assignments|release|source|autograder|wheels|"
+                            r"jupyter-config)/[\w./-]*)")
+
+
+def named_paths(nb) -> set[str]:
+    """The paths a notebook names: a quoted name or a link of a notebook, and anything under a
+    folder of the course's (the kit's, or the repository's, which students do not have). A file of
+    another project that a notebook cites as a source (``models/llama/modeling_llama.py`` of
+    transformers) is not one."""
+    found = set()
+    for cell in nb.cells:
+        text = "".join(cell.source)
+        for match in QUOTED.finditer(text):
+            name = match.group(1) or match.group(2)
+            if "://" in name or name.startswith(("#", "mailto:")):
+                continue
+            if Path(name).suffix == ".ipynb":
+                found.add(name)
+        found.update(match.rstrip(".") for match in UNDER_A_FOLDER.findall(text))
+    return found
+
+
+def test_every_path_a_notebook_names_is_in_the_kit(kit):
+    """Relative to the kit's folder, or to the notebook's own; lectures are ``lectures/`` there, and
+    ``autograder``, ``release`` and ``source`` are the instructor's."""
+    notebooks = sorted(kit.glob("assignments/*/*.ipynb")) + sorted(kit.glob("lectures/*.ipynb"))
+    missing = []
+    for notebook in notebooks:
+        for name in sorted(named_paths(tools.read(notebook))):
+            if not ((kit / name).exists() or (notebook.parent / name).exists()):
+                missing.append(f"{notebook.relative_to(kit)} names {name}")
+    assert missing == []
+    assert named_paths(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "Lecture 3 (`notebooks/03_causal_masking.ipynb`); run autograder validate release/x.ipynb; "
+        "`d_k/2`, `scores/sqrt(d)`, https://example.org/x.ipynb, [b](02_why_scaling.ipynb)")])) == {
+        "notebooks/03_causal_masking.ipynb", "release/x.ipynb", "02_why_scaling.ipynb"}
+
+
+ARTIFACTS = ROOT / "artifacts" / "browser"
+NOTEBOOK_PATH = "assignments/01_attention_basics/attention_basics.ipynb"
+FIRST_TODO = "TODO: softmax_stable is not written yet (it raises NotImplementedError)"
+NAIVE_SOFTMAX = """def softmax_stable(x):
+    exps = torch.exp(x)                            # (..., n)
+    return exps / exps.sum(dim=-1, keepdim=True)   # (..., n) / (..., 1)
+"""
+OVERFLOW_NAMED = "an overflow. Row (0,) of x holds [1000, 1001, 1002]"
+VALIDATE_SUCCESS = "Success! Your notebook passes all the tests."  # nbgrader 0.9's dialog
+
+
+@pytest.fixture
+def page():
+    """A page of headless Chromium (:func:`browser_tools.chromium`); skipped, before anything
+    starts, only where chromium cannot be installed."""
+    with browser_tools.chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(browser_tools.UI_S * 1000)
+        yield page
+
+
+def write_answer(page, first_line: str, source: str) -> None:
+    """Types ``source`` over the answer cell that starts with ``first_line``, then runs it and the
+    test cell under it, as a student does with Shift+Enter."""
+    cell = page.locator(".jp-Cell", has_text=first_line)
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Shift+Enter")
+
+
+def test_a_student_walks_the_kit_in_jupyterlab(page, course_folder, tmp_path):
+    """From the kit's own environment: JupyterLab shows no instructor tool; assignment 01 runs to
+    its first check, which says what to write; a softmax without the max subtraction is refused,
+    the overflow named; the fix passes; "Check with the grader" says, in a student's words, that
+    no service is connected; the solved notebook passes nbgrader's Validate. Screenshots and the
+    server's log go to ``artifacts/browser/`` (ignored by git, kept by CI)."""
+    bin_dir = course_folder / ".venv" / "bin"
+    (ARTIFACTS / "failure.png").unlink(missing_ok=True)  # an old run's failure would mislead
+    with browser_tools.jupyter_lab(bin_dir, course_folder, tmp_path / "jupyter", ARTIFACTS / "jupyter-lab.log") \
+            as (base, token):
+        browser_tools.start_session(base, token, NOTEBOOK_PATH)
+        try:
+            walk(page, base, token, course_folder)
+        except BaseException:
+            for number, shown in enumerate(page.context.pages):
+                shown.screenshot(path=ARTIFACTS / f"failure{'-' + str(number) if number else ''}.png")
+            raise
+
+
+def saved_with(path: Path, text: str) -> None:
+    """Waits until JupyterLab's save of the notebook at ``path`` is whole and holds ``text``: the tab
+    is clean as soon as the save is sent, while the file may still be half written."""
+    deadline = time.monotonic() + browser_tools.UI_S
+    while True:
+        try:
+            if any(text in "".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]):
+                return
+        except ValueError:
+            pass
+        assert time.monotonic() < deadline, f"{path} was not saved with {text!r}"
+        time.sleep(0.25)
+
+
+def walk(page, base: str, token: str, folder: Path) -> None:
+    page.goto(f"{base}/lab/tree/{NOTEBOOK_PATH}?token={token}")
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for()
+    browser_tools.wait_idle(page)
+
+    # No instructor tool: nbgrader's menu lists only the assignment list, the right sidebar has no
+    # "Create Assignment", the formgrader's pages are not served; Validate is in the toolbar.
+    page.locator("#jp-MainMenu").get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    shown = [text for text in page.locator(".lm-Menu .lm-Menu-itemLabel").all_inner_texts() if text.strip()]
+    page.keyboard.press("Escape")
+    assert shown == ["Assignment List"], shown
+    tabs = [tab.get_attribute("title") or "" for tab in page.locator(".jp-SideBar .lm-TabBar-tab").all()]
+    assert tabs and not [title for title in tabs if "Create Assignment" in title], tabs
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(f"{base}/formgrader?token={token}", timeout=30)
+    assert page.locator(".jp-NotebookPanel-toolbar .validate-button").count() == 1
+
+    # Run All stops at the first check, which says what to write.
+    browser_tools.menu(page, "Run", "Run All Cells")
+    todo = page.locator(".jp-OutputArea-output", has_text=FIRST_TODO)
+    todo.wait_for(state="attached")
+    browser_tools.wait_idle(page)
+    todo.scroll_into_view_if_needed()
+    page.screenshot(path=ARTIFACTS / "run_all.png")
+
+    # A mistake, its message; the fix, and the check passes.
+    write_answer(page, "def softmax_stable(x):", NAIVE_SOFTMAX)
+    test_cell = page.locator(".jp-Cell", has_text='checks.check("softmax_stable", softmax_stable)')
+    refused = test_cell.locator(".jp-OutputArea-output", has_text=OVERFLOW_NAMED)
+    refused.wait_for()
+    page.screenshot(path=ARTIFACTS / "mistake.png")
+    solved = tools.read(ROOT / "source" / "01_attention_basics" / "attention_basics.ipynb")
+    write_answer(page, "def softmax_stable(x):", tools.cell_by_grade_id(solved, "softmax_stable").source)
+    test_cell.locator(".jp-OutputArea-output", has_text="Correct").wait_for()
+    page.screenshot(path=ARTIFACTS / "fixed.png")
+
+    # "Check with the grader" where the course runs no grading service.
+    with page.context.expect_page() as opened:
+        page.locator(".jp-NotebookPanel-toolbar").get_by_text("Check with the grader", exact=True).click()
+    told = opened.value
+    told.get_by_text("Checks are not set up here").wait_for()
+    assert grader_check.NOT_CONNECTED in told.locator("body").inner_text().replace("\n", " ")
+    told.close()
+
+    # The answers all written (copied from the solution, the notebook reloaded from disk), nbgrader's
+    # Validate runs the notebook afresh and reports success. Saved first, so that reloading asks
+    # nothing; Validate saves the notebook before it runs it, so a stale page would fail.
+    browser_tools.menu(page, "File", "Save Notebook")
+    page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached")
+    saved_with(folder / NOTEBOOK_PATH, "exps = torch.exp(shifted)")   # the fix, typed in
+    nbformat.write(tools.filled_in(ROOT / "release" / "01_attention_basics" / "attention_basics.ipynb",
+                                   solved), folder / NOTEBOOK_PATH)
+    browser_tools.menu(page, "File", "Reload Notebook from Disk")
+    page.locator(".jp-OutputArea-output", has_text="Correct").first.wait_for(state="detached")
+    page.locator(".jp-NotebookPanel-toolbar .validate-button").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=120_000)   # nbgrader runs the whole notebook in a fresh kernel
+    page.screenshot(path=ARTIFACTS / "validate.png")
+    assert VALIDATE_SUCCESS in dialog.inner_text(), dialog.inner_text()

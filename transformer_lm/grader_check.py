@@ -33,6 +33,13 @@ from tornado import web
 SERVICE_URL = "COURSE_CHECK_URL"
 FORMAT = "check_with_grader"
 TIMEOUT_S = 30
+NOT_CONNECTED = ("Your course has not connected this Jupyter to its grading service, so this button cannot check "
+                 "your notebook here. Your notebook is saved and nothing was sent. Run the test cell under each "
+                 "answer instead: each one checks that answer and names the likely mistake. If your course says "
+                 "this button should work, tell your instructor or TA that the Check with the grader button says "
+                 "it is not connected.")
+"""What a student reads when the button is pressed where no grading service is connected (on their
+own machine, say): in their words, with nothing of how a server is configured."""
 
 
 class CheckExporter(Exporter):
@@ -79,10 +86,7 @@ def send(notebook, filename: str) -> dict:
     recorded), or ``{"title", "message"}`` when it never reached the service."""
     base, token = os.environ.get(SERVICE_URL), os.environ.get("JUPYTERHUB_API_TOKEN")
     if not base or not token:
-        return {"title": "Checks are not set up here",
-                "message": f"This Jupyter server is not connected to the course's grading service ({SERVICE_URL} "
-                           "or JUPYTERHUB_API_TOKEN is not set). Ask your instructor; meanwhile, run the visible "
-                           "checks in the notebook."}
+        return {"title": "Checks are not set up here", "message": NOT_CONNECTED}
     body = json.dumps({"filename": filename, "notebook": notebook}).encode()
     request = urllib.request.Request(base.rstrip("/") + "/api/requests", data=body, method="POST",
                                      headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
