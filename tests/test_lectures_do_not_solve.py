@@ -30,10 +30,7 @@ import functools
 import inspect
 import io
 import math
-import os
-import pickle
 import signal
-import sys
 import time
 import warnings
 
@@ -43,9 +40,8 @@ import pytest
 import torch
 
 import notebook_tools as tools
-from transformer_lm import checks
+from transformer_lm import capped_call, checks
 from transformer_lm.reference import decoder, gpt
-from transformer_lm.sandboxed import memory_cap
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -53,6 +49,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 LECTURES = sorted((tools.REPO_ROOT / "notebooks").glob("*.ipynb"))
 SECONDS = 5
 """The most one candidate's check may take: a helper that runs longer on the checks' small inputs is no answer."""
+TRIALS_SECONDS = 600
+"""The most one lecture's trials may take together, past which their process is killed."""
 MEMORY = 512 * 2**20
 """The bytes the trials may hold beyond the test's: lecture 02's Jacobian of 8000 x 4 logits fails at once."""
 
@@ -303,28 +301,12 @@ def partners(group: str, slot: str) -> dict:
 
 
 def in_a_capped_process(function):
-    """``function()`` in a forked process that may hold :data:`MEMORY` bytes more (Linux; elsewhere here):
-    what it returned. One thread there, as in :mod:`transformer_lm.capped_call`."""
-    if not sys.platform.startswith("linux"):
+    """``function()`` in a forked process that may hold :data:`MEMORY` bytes more, on one thread
+    (:func:`transformer_lm.capped_call.call_capped`; where no cap can be set, here): what it returned."""
+    try:
+        return capped_call.call_capped(function, MEMORY, seconds=TRIALS_SECONDS)
+    except capped_call.CapUnavailable:
         return function()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        try:
-            torch.set_num_threads(1)
-            memory_cap.cap(MEMORY)
-            data = pickle.dumps(function())
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(data)
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    assert data, "the trials' process ended without an answer"
-    return pickle.loads(data)
 
 
 def passing(objects: dict) -> list[str]:
