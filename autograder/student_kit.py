@@ -207,24 +207,30 @@ SHORTEST_LEAK = 31
 (``return x``, ``super().__init__()``) are what any answer writes."""
 
 
+def written_lines(root: Path):
+    """Every line of the notebooks in ``source/``, stripped, as ``(inside, cell type, line)``: inside
+    is whether it lies in a ``### BEGIN SOLUTION`` region or a written question's model answer. The
+    markers themselves are left out."""
+    for path in sorted((root / "source").glob("*/*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            inside = cell["cell_type"] == "markdown" and marks(cell).get("solution") is True
+            for line in "".join(cell["source"]).split("\n"):
+                stripped = line.strip()
+                if stripped.startswith(("### BEGIN SOLUTION", "### END SOLUTION")):
+                    inside = stripped.startswith("### BEGIN")
+                else:
+                    yield inside, cell["cell_type"], stripped
+
+
 def solution_lines(root: Path) -> set[str]:
     """The lines of every ``### BEGIN SOLUTION`` region in ``source/``, and of every written
     question's model answer, that are a solution's own: long enough, not comments, and not also
     written outside the solutions (a line the notebook gives students anyway, in a demonstration
     or a scaffold, gives nothing away)."""
     answers, given = set(), set()
-    for path in sorted((root / "source").glob("*/*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            metadata = marks(cell)
-            inside = cell["cell_type"] == "markdown" and metadata.get("solution") is True
-            for line in "".join(cell["source"]).split("\n"):
-                stripped = line.strip()
-                if stripped.startswith("### BEGIN SOLUTION"):
-                    inside = True
-                elif stripped.startswith("### END SOLUTION"):
-                    inside = False
-                elif len(stripped) >= SHORTEST_LEAK and not stripped.startswith("#"):
-                    (answers if inside else given).add(stripped)
+    for inside, _, line in written_lines(root):
+        if len(line) >= SHORTEST_LEAK and not line.startswith("#"):
+            (answers if inside else given).add(line)
     return answers - given
 
 

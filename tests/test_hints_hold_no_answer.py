@@ -7,7 +7,8 @@ RoPE's frequencies, the window's diagonal, the padded mask and the padded positi
 A solution line is a code line between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` of
 ``source/*/*.ipynb`` whose code (comment stripped) has :data:`SHORTEST` characters or more without
 its whitespace, and that the notebooks do not also write outside a solution (as
-:func:`autograder.student_kit.solution_lines` counts them). A text holds one when:
+:func:`autograder.student_kit.solution_lines` counts them, from the same
+:func:`autograder.student_kit.written_lines`). A text holds one when:
 
 * a window of :data:`SHORTEST` characters of the line's code appears in the text, both read
   without whitespace, keyword names (``dim=-1`` is ``-1``), or ``dtype=``/``device=`` arguments,
@@ -25,7 +26,6 @@ from __future__ import annotations
 import ast
 import importlib
 import io
-import json
 import pkgutil
 import re
 import tokenize
@@ -36,8 +36,7 @@ import pytest
 import notebook_tools as tools
 import transformer_lm.concepts
 import transformer_lm.mistakes  # noqa: F401 - its families register the mistakes they add
-from autograder.cells import marks
-from autograder.student_kit import PACKAGE, STUDENT_FILES
+from autograder.student_kit import PACKAGE, STUDENT_FILES, written_lines
 from transformer_lm import catalog
 
 SHORTEST = 20
@@ -102,15 +101,10 @@ def code_of(line: str) -> str:
 def solution_lines() -> frozenset[str]:
     """The code of every solution line of ``source/``, comment stripped (see the module's doc)."""
     answers, given = set(), set()
-    for path in sorted((tools.REPO_ROOT / "source").glob("*/*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            inside = cell["cell_type"] == "markdown" and marks(cell).get("solution") is True
-            for line in "".join(cell["source"]).split("\n"):
-                stripped = line.strip()
-                if stripped.startswith(("### BEGIN SOLUTION", "### END SOLUTION")):
-                    inside = stripped.startswith("### BEGIN")
-                elif len(literal(code_of(stripped))) >= SHORTEST and cell["cell_type"] == "code":
-                    (answers if inside else given).add(code_of(stripped).strip())
+    for inside, kind, line in written_lines(tools.REPO_ROOT):
+        code = code_of(line).strip()
+        if kind == "code" and len(literal(code)) >= SHORTEST:
+            (answers if inside else given).add(code)
     return frozenset(answers - given)
 
 
