@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import notebook_tools
+
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL = "apt-get install -y chromium chromium-driver"
 
@@ -60,15 +62,16 @@ UI_S = 60
 def isolated_jupyter(home: Path, bin_dir: Path) -> dict:
     """The environment of a JupyterLab whose user config, settings, workspaces and runtime files
     live in ``home``, so that neither this machine's settings nor other runs interfere, and whose
-    ``PATH`` starts with ``bin_dir`` (the environment the server and its kernels come from). One
+    ``PATH`` starts with ``bin_dir`` (the environment the server and its kernels come from), with
+    nothing of the course's environment (:func:`notebook_tools.outside_the_course`). One
     setting differs from a student's: no news or update checks, because there is no network, and
     their toast would sit on the screenshots."""
     notification = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True, exist_ok=True)
     notification.write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    outside = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
-    return {**{k: v for k, v in os.environ.items() if k not in outside and not k.startswith("JUPYTER")},
-            "PATH": str(bin_dir) + os.pathsep + os.environ.get("PATH", ""),
+    environ = notebook_tools.outside_the_course()
+    return {**environ,
+            "PATH": str(bin_dir) + os.pathsep + environ["PATH"],
             "JUPYTER_CONFIG_DIR": str(home / "config"),
             "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),

@@ -104,12 +104,18 @@ def named_mistakes() -> list[dict]:
     return found
 
 
-def main(jobs_path: str, out_path: str) -> None:
-    jobs = json.load(open(jobs_path))
+def what_it_sees() -> dict:
+    """The Python that runs, where its ``transformer_lm`` comes from, its search path, and which of
+    :data:`HIDDEN_MODULES` it could import: asked in the runner's process and in the notebooks' kernel."""
     import transformer_lm
 
-    out = {"package": transformer_lm.__file__, "path": sys.path,
-           "hidden": [name for name in HIDDEN_MODULES if importlib.util.find_spec(name) is not None]}
+    return {"python": sys.executable, "package": transformer_lm.__file__, "path": sys.path,
+            "hidden": [name for name in HIDDEN_MODULES if importlib.util.find_spec(name) is not None]}
+
+
+def main(jobs_path: str, out_path: str) -> None:
+    jobs = json.load(open(jobs_path))
+    out = what_it_sees()
     for job in jobs.get("notebooks", []):
         execute(job)
     if jobs.get("names"):

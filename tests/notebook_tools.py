@@ -138,6 +138,17 @@ def generate_release(assignment: str, course_root_copy, *, course_root=REPO_ROOT
     return release
 
 
+def outside_the_course() -> dict[str, str]:
+    """This process's environment without what leads into the course's own Python: the virtual
+    environment's variables, Python's search paths, Jupyter's settings, and the environment's
+    ``bin`` folder on ``PATH``. What a student's shell has, for a run of what students receive."""
+    course_bin = str(Path(sys.executable).parent)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"} and not k.startswith("JUPYTER")}
+    environ["PATH"] = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != course_bin)
+    return environ
+
+
 def squeeze(text: str) -> str:
     """Whitespace collapsed, so that torch's column padding does not matter."""
     return re.sub(r"\s+", " ", text)

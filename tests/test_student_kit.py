@@ -25,7 +25,6 @@ what a notebook asks students to write; a kit with each of those planted in it i
 
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -45,7 +44,6 @@ import notebook_tools as tools
 from autograder import student_kit
 from autograder.errors import GradingError
 from autograder.preflight import SKIP_TAG
-from kit_runner import HIDDEN_MODULES
 from transformer_lm import grader_check
 
 pytestmark = pytest.mark.timeout(1800)  # the first run test sets up the kit's environment and runs every notebook
@@ -83,13 +81,9 @@ def course_folder(kit, tmp_path_factory):
     paths, and nbgrader's instructor tools turned off."""
     folder = tmp_path_factory.mktemp("student") / "course"
     shutil.copytree(kit, folder)
-    outside = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
-    course_bin = str(Path(sys.executable).parent)
-    env = {**{k: v for k, v in os.environ.items() if k not in outside and not k.startswith("JUPYTER")},
-           "PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != course_bin)}
     steps = readme_steps(folder, "Set up (once)")
-    made = subprocess.run(["bash", "-euo", "pipefail", "-c", steps], cwd=folder, env=env, capture_output=True,
-                          text=True)
+    made = subprocess.run(["bash", "-euo", "pipefail", "-c", steps], cwd=folder, env=tools.outside_the_course(),
+                          capture_output=True, text=True)
     assert made.returncode == 0, f"the README's set-up failed:\n{steps}\n{made.stdout[-3000:]}{made.stderr[-3000:]}"
     return folder
 
@@ -99,11 +93,9 @@ def kit_python(course_folder):
     return course_folder / ".venv" / "bin" / "python"
 
 
-KERNEL_PROBE = """import importlib.util, json, sys
-import transformer_lm
-print(json.dumps({"python": sys.executable, "package": transformer_lm.__file__, "path": sys.path,
-                  "hidden": [n for n in %r if importlib.util.find_spec(n) is not None]}))
-""" % (HIDDEN_MODULES,)
+KERNEL_PROBE = "import json, kit_runner\nprint(json.dumps(kit_runner.what_it_sees()))"
+"""What the notebooks' kernel sees, asked as the runner asks its own process (the kernel starts in the
+runner's folder)."""
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +118,7 @@ def kit_runs(course_folder, kit_python, tmp_path_factory):
                      "allow_errors": True})
     probe = work / "probe.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_PROBE)]), probe)
-    jobs.append({"path": str(probe), "out": str(probe), "cwd": str(course_folder), "allow_errors": False})
+    jobs.append({"path": str(probe), "out": str(probe), "cwd": str(work), "allow_errors": False})
     (work / "jobs.json").write_text(json.dumps({"notebooks": jobs, "names": True}))
     shutil.copy(ROOT / "tests" / "kit_runner.py", work)   # run from here, so that no folder of the course is on its path
     ran = subprocess.run([kit_python, work / "kit_runner.py", work / "jobs.json", work / "out.json"],
