@@ -14,7 +14,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern,  # noqa: E402
                                     LimitOutput, SaveAutoGrades)
 
-from autograder.nbgrader_hooks import TrustedGrading  # noqa: E402
+from autograder.commands.nbgrader_hooks import TrustedGrading  # noqa: E402
 
 c = get_config()  # noqa: F821 - injected by traitlets
 

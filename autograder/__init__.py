@@ -1,4 +1,18 @@
-"""Trusted grading of the course's notebooks: preflight, sandboxed run, compare, record.
+"""Trusted grading of the course's notebooks, never handed to students.
 
-Never handed to students: the hidden checks in ``autograder/checks`` live here.
+Its folders follow one submission through grading, each importing only the folders before it
+(``tests/test_layout.py`` holds that order):
+
+1. :mod:`autograder.reading`: the course, its settings and hidden checks, and the submissions, read as data;
+   the preflight that runs nothing.
+2. :mod:`autograder.running`: untrusted code in the sandbox: the sandbox itself, the harness that runs
+   inside it, the plan of a run and its reply.
+3. :mod:`autograder.judging`: a submission's items judged on the trusted side, from what its runs sent back.
+4. :mod:`autograder.recording`: the gradebook, reports, feedback pages, the similarity of answers, and the
+   pipeline that grades a class and records it.
+5. :mod:`autograder.service`: the grading service on JupyterHub, checks before the deadline.
+6. :mod:`autograder.commands`: the command line, the demo, the audit, the student kit, nbgrader's hook.
+
+The hidden checks are in ``autograder/checks/`` (one module per assignment), the TA's container in
+``autograder/Dockerfile``.
 """

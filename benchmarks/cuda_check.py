@@ -27,7 +27,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from transformer_lm.measure import measure  # noqa: E402
-from transformer_lm.reference import FlashAttention, flash_forward, scaled_dot_product_attention  # noqa: E402
+from transformer_lm.instructor.reference import (FlashAttention, flash_forward,  # noqa: E402
+                                                 scaled_dot_product_attention)
 
 TOLERANCE = 1e-4
 """Largest difference allowed between the tiled and the plain results (float32, entries of order 1)."""

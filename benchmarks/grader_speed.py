@@ -27,10 +27,11 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder import cells, pipeline  # noqa: E402
-from autograder.config import load_settings  # noqa: E402
-from autograder.course import Course  # noqa: E402
-from autograder.demo import make_course  # noqa: E402
+from autograder.reading import cells  # noqa: E402
+from autograder.recording import pipeline
+from autograder.reading.config import load_settings  # noqa: E402
+from autograder.reading.course import Course  # noqa: E402
+from autograder.commands.demo import make_course  # noqa: E402
 
 
 def solution_cells(source: dict) -> dict[str, str]:

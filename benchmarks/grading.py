@@ -36,10 +36,10 @@ sys.path.insert(0, str(REPO))
 
 from nbgrader.api import Gradebook  # noqa: E402
 
-from autograder.cells import grade_id, role  # noqa: E402
-from autograder.course import Course  # noqa: E402
-from autograder.demo import make_course  # noqa: E402
-from autograder.record import nbgrader_env  # noqa: E402
+from autograder.reading.cells import grade_id, role  # noqa: E402
+from autograder.reading.course import Course  # noqa: E402
+from autograder.commands.demo import make_course  # noqa: E402
+from autograder.recording.record import nbgrader_env  # noqa: E402
 from benchmarks import in_kernel  # noqa: E402
 
 ASSIGNMENT = "02_multihead_attention"
@@ -54,7 +54,7 @@ MISTAKES = {
 }
 # One mistake costs once: the autograder charges it to the item that asks for that part, and
 # judges the items that only build on it with the course's own code in place of the wrong part
-# (autograder/spec.py's stand-ins); in the kernel, the student's own code fails them again.
+# (autograder/reading/spec.py's stand-ins); in the kernel, the student's own code fails them again.
 ONCE = "one mistake costs once, the autograder's rule"
 EXPECTED_DIFFERENCES = {
     ("softmax_dim", "mha_causal_mask_test"): ONCE,

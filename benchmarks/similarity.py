@@ -27,12 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder.audit import load_bank, solution_of  # noqa: E402
-from autograder.cells import answers  # noqa: E402
-from autograder.course import Course  # noqa: E402
-from autograder.demo import ASSIGNMENT, NOTEBOOK, make_course, with_answer  # noqa: E402
-from autograder.similarity import CLASSMATE  # noqa: E402
-from autograder.similarity_report import write_similarity  # noqa: E402
+from autograder.commands.audit import load_bank, solution_of  # noqa: E402
+from autograder.reading.cells import answers  # noqa: E402
+from autograder.reading.course import Course  # noqa: E402
+from autograder.commands.demo import ASSIGNMENT, NOTEBOOK, make_course, with_answer  # noqa: E402
+from autograder.recording.similarity import CLASSMATE  # noqa: E402
+from autograder.recording.similarity_report import write_similarity  # noqa: E402
 
 NAMES = ["a", "b", "c", "t", "u", "w", "z", "val", "tmp", "res", "out", "acc", "mat", "vec", "ten", "arr", "buf",
          "data", "item", "part", "piece", "thing", "stuff", "my_var", "result", "output", "hidden", "state"]

@@ -1,4 +1,4 @@
-# The grading service's lines of jupyterhub_config.py (README: "Checks before the deadline").
+# The grading service's lines of jupyterhub_config.py (docs/service.md, "Checks before the deadline").
 # Add them to the Hub's own configuration; set the three names below to your course.
 COURSE = "/srv/course"                            # the course folder: nbgrader_config.py, release/, hidden checks
 AUTOGRADER = "/srv/course/.venv/bin/autograder"   # the autograder command of the course's environment

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import demo
-from autograder.cells import grade_id
+from autograder.commands import demo
+from autograder.reading.cells import grade_id
 from hostile_class import add_cell, replace
 
 A = "05_efficient_attention"
@@ -157,7 +157,7 @@ for path in ["/grader/in/plan.json", "/grader/in/course/stages.json", *glob.glob
     # holds the stand-ins below flash_backward, never the reference's backward.
     "r02_reference_module": '''FOUND = None
 try:
-    import transformer_lm.reference as course
+    import transformer_lm.instructor.reference as course
     FOUND = course.flash_backward
 except Exception:
     pass

@@ -12,8 +12,9 @@ import pytest
 import container_tools
 import hostile_class
 import notebook_tools as tools
-from autograder import demo, sandbox
-from autograder.course import Course
+from autograder.commands import demo
+from autograder.running import sandbox
+from autograder.reading.course import Course
 
 CELL_TIMEOUT = "5"
 

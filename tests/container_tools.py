@@ -1,4 +1,4 @@
-"""The TA's image built with podman and run, as the README's "Grading in a container" says.
+"""The TA's image built with podman and run, as docs/containers.md, "Grading in a container", says.
 
 Where podman cannot pull the official Python image (no registry reachable), the base is made
 here by ``autograder/make-base-image.sh`` (debootstrap, then ``podman import``) and passed to
@@ -25,8 +25,8 @@ MADE_BASE = "localhost/course-base:bookworm"
 # podman as root asks the runtime for limits above what some hosts allow ("error setting rlimit");
 # these are ample for grading.
 LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-# What lets bubblewrap build a sandbox inside the container (podman's names for the README's
-# docker options: unmask=ALL is docker's systempaths=unconfined).
+# What lets bubblewrap build a sandbox inside the container (podman's names for the
+# docker options of docs/containers.md: unmask=ALL is docker's systempaths=unconfined).
 SANDBOX_OPTIONS = ["--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
                    "--security-opt", "unmask=ALL"]
 

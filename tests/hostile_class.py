@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import autograder
-from autograder import demo
-from autograder.cells import grade_id, marks
+from autograder.commands import demo
+from autograder.reading.cells import grade_id, marks
 
 A = demo.ASSIGNMENT
 NB = demo.NOTEBOOK
@@ -327,10 +327,10 @@ def cases(course: Path) -> list[Case]:
                                                CONTEXT_IF_NET), "FOUND, NET = ['forced'], True\n", "softmax_stable"),
              10, {"softmax_stable": {"passed"}, "context_vectors": {"passed"}}),
         Case("atk_reference", replace(good, "context_vectors",
-                                      "from transformer_lm.reference import masked_softmax\n\n\n"
+                                      "from transformer_lm.instructor.reference import masked_softmax\n\n\n"
                                       "def context_vectors(inputs):\n    return masked_softmax(inputs @ inputs.T) @ inputs\n"),
              9, {"context_vectors": {"error"}},
-             message={"context_vectors": "ModuleNotFoundError (line 1 of its cell: from transformer_lm.reference import"}),
+             message={"context_vectors": "ModuleNotFoundError (line 1 of its cell: from transformer_lm.instructor.reference import"}),
         Case("atk_points", edit_cells(wrong, lambda c: with_metadata(c, points=100) if is_test(c) else c), w,
              causal_zero),
         Case("atk_grade_flags", edit_cells(wrong, lambda c: with_metadata(c, grade=False, points=0) if is_test(c)

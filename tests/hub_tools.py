@@ -3,7 +3,7 @@
 The Hub runs with configurable-http-proxy from npm (``make hub-packages``), the dummy
 authenticator (any password), the simple local spawner (each user's JupyterLab server a process
 of this machine, at home folders under the test's folder) and the grading service configured by
-the lines the README gives (``docs/jupyterhub_config.py``, with the course's paths put in). Six
+the lines docs/service.md gives (``docs/jupyterhub_config.py``, with the course's paths put in). Six
 students on the course's roster (``mallory`` sends what a hostile student would), an admin, and a
 Hub user off the roster (``oscar``). A test service ``tester`` holds a token that may create users'
 tokens.
@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 import notebook_tools as tools
-from autograder import demo
-from autograder.course import Course
-from autograder.record import gradebook
+from autograder.commands import demo
+from autograder.reading.course import Course
+from autograder.recording.record import gradebook
 
 PROXY = tools.REPO_ROOT / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 HUB_CONFIG = tools.REPO_ROOT / "docs" / "jupyterhub_config.py"
@@ -59,7 +59,7 @@ def make_course(root: Path, assignment: str, check_settings: str) -> Path:
 
 
 def hub_config(course: Path, service_port: int) -> str:
-    """The README's lines of jupyterhub_config.py for ``course``."""
+    """The lines docs/service.md gives of jupyterhub_config.py for ``course``."""
     text = HUB_CONFIG.read_text()
     autograder = Path(sys.executable).parent / "autograder"
     for name, value in (("COURSE", repr(str(course))), ("AUTOGRADER", repr(str(autograder))),

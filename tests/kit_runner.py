@@ -17,8 +17,8 @@ import nbformat
 import torch
 from nbclient import NotebookClient
 
-HIDDEN_MODULES = ("transformer_lm.reference", "transformer_lm.mistakes", "transformer_lm.kinds",
-                  "transformer_lm.visible_checks", "autograder")
+HIDDEN_MODULES = ("transformer_lm.instructor", "transformer_lm.instructor.reference", "transformer_lm.instructor.mistakes",
+                  "transformer_lm.instructor.kinds", "transformer_lm.instructor.visible_checks", "autograder")
 """The instructor's modules, which the kit's environment must not be able to import."""
 
 

@@ -24,7 +24,7 @@ import nbformat
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-from autograder.cells import grade_id, marks, with_grade_id
+from autograder.reading.cells import grade_id, marks, with_grade_id
 from transformer_lm.judging import CheckFailed
 
 matplotlib.use("Agg")   # the notebooks' figures, drawn by visible_failures in this process
@@ -247,10 +247,10 @@ def assert_full_marks_and_zero(solution: dict, blank: dict) -> None:
 
 def grade_course(root, assignment: str, *, workers: int = 2, cell_timeout: float = 30, students=None, shard=None):
     """Grades and records ``assignment`` in the course folder ``root`` through the library's one
-    entry point (:func:`autograder.pipeline.grade_and_record`), as ``autograder grade`` does."""
-    from autograder import pipeline
-    from autograder.config import load_settings
-    from autograder.course import Course
+    entry point (:func:`autograder.recording.pipeline.grade_and_record`), as ``autograder grade`` does."""
+    from autograder.recording import pipeline
+    from autograder.reading.config import load_settings
+    from autograder.reading.course import Course
 
     root = Path(root)
     course = Course(root, load_settings(root, workers=workers, cell_timeout=cell_timeout))
@@ -263,7 +263,7 @@ def grade_class(assignment: str, course_root, submissions: dict[str, NotebookNod
     new course folder (the repository's config, source and hidden checks; nbgrader makes the
     release there), and returns each student's report. Every assignment has one notebook,
     named as in ``source/<assignment>``."""
-    from autograder.demo import make_course
+    from autograder.commands.demo import make_course
 
     root = Path(course_root)
     root.mkdir(parents=True, exist_ok=True)

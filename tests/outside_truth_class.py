@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.cells import grade_id
+from autograder.reading.cells import grade_id
 from hostile_class import add_cell, replace
 from honest_backward import BACKWARD
 from honest_forward import FORWARD

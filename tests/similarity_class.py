@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 
 import notebook_tools as tools
-from autograder.demo import ASSIGNMENT as A, NOTEBOOK as NB, make_course
+from autograder.commands.demo import ASSIGNMENT as A, NOTEBOOK as NB, make_course
 
 HOSTILE = "=<img src=x onerror=alert(1)>&amp;\"'"  # a folder name: a student id is whatever the folder says
 

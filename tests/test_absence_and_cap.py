@@ -1,6 +1,6 @@
 """What a grading run takes away before the first cell, tried as a student would try to get it back:
 the forbidden calls' kernels and torch's Python re-implementations of them
-(:mod:`autograder.harness.absence`), and memory beyond a cap the kernel enforces
+(:mod:`autograder.running.harness.absence`), and memory beyond a cap the kernel enforces
 (:mod:`transformer_lm.sandboxed.memory_cap`). Each runs in a process of its own, as a run does, since
 both change that process for good; what stays allowed keeps working."""
 
@@ -69,7 +69,7 @@ def routes_after(forbids: str, routes: dict[str, str], attack: str = "") -> dict
     out = run(textwrap.dedent(f'''
         import torch
         from transformer_lm import forbidding
-        from autograder.forbidden import absent_from_run
+        from autograder.reading.forbidden import absent_from_run
         from harness import absence
         absence.remove(absent_from_run({forbids}))
         {attack}

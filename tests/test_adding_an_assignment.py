@@ -18,14 +18,14 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import notebook_tools as tools
-from autograder import sandbox
+from autograder.running import sandbox
 
 ASSIGNMENT, NAME = "99_alibi", "alibi"
 CODE_FILES_ALLOWED = 3
 """Code files a new concept may touch besides its notebook and its hidden checks."""
 STORED_VALUES = ("transformer_lm/data/visible_checks.safetensors",
                  "transformer_lm/sandboxed/data/test_values.safetensors")
-"""What ``python -m transformer_lm.make_test_values`` writes (data, not code)."""
+"""What ``python -m transformer_lm.instructor.make_test_values`` writes (data, not code)."""
 
 CONCEPT = '''"""ALiBi attention (Press et al., 2022, "Train Short, Test Long"): causal attention whose scores
 get a penalty that grows linearly with the distance from query to key, one slope per head, in
@@ -34,7 +34,7 @@ place of position embeddings. The reference, and beside it the mistakes students
 import torch
 
 from transformer_lm.catalog import Mistake
-from transformer_lm.mistake_family import MistakeFamily
+from transformer_lm.instructor.mistake_family import MistakeFamily
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -102,10 +102,10 @@ HIDDEN_CHECKS = '''"""Hidden checks of the ALiBi assignment: other sizes than th
 
 import torch
 
-from autograder.spec import Item
-from transformer_lm.concepts import alibi
+from autograder.reading.spec import Item
+from transformer_lm.instructor.concepts import alibi
 from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.kinds import CallCheck
+from transformer_lm.instructor.kinds import CallCheck
 
 
 def qkv(generator):
@@ -162,16 +162,16 @@ def in_course(root, *args):
 def add_the_concept(root):
     """Steps 0 and 1 of a new concept: its module (reference and mistakes), and its group of
     visible checks in the table that the stored values are made from."""
-    (root / "transformer_lm" / "concepts" / "alibi.py").write_text(CONCEPT)
-    table = root / "transformer_lm" / "visible_checks.py"
+    (root / "transformer_lm" / "instructor" / "concepts" / "alibi.py").write_text(CONCEPT)
+    table = root / "transformer_lm" / "instructor" / "visible_checks.py"
     text = table.read_text()
-    text = text.replace("from transformer_lm.decoder_kinds import",
-                        "from transformer_lm.concepts import alibi\nfrom transformer_lm.decoder_kinds import")
-    text = text.replace("from transformer_lm.kinds import (AttentionCheck,",
-                        "from transformer_lm.kinds import (AttentionCheck, CallCheck,")
+    kinds = "from transformer_lm.instructor.decoder_kinds import"
+    text = text.replace(kinds, f"from transformer_lm.instructor.concepts import alibi\n{kinds}")
+    text = text.replace("from transformer_lm.instructor.kinds import (AttentionCheck,",
+                        "from transformer_lm.instructor.kinds import (AttentionCheck, CallCheck,")
     text = text.replace("ASSIGNMENTS = {", VISIBLE_GROUP, 1)
     table.write_text(text)
-    in_course(root, "transformer_lm.make_test_values")
+    in_course(root, "transformer_lm.instructor.make_test_values")
 
 
 @pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
@@ -194,7 +194,7 @@ def test_a_new_concept_added_by_the_guide_is_graded(tmp_path, monkeypatch):
     notebooks_and_checks = {f"source/{ASSIGNMENT}/{NAME}.ipynb", f"release/{ASSIGNMENT}/{NAME}.ipynb",
                             f"autograder/checks/{ASSIGNMENT}.py"}
     code = {path for path in changed if path.endswith(".py")} - notebooks_and_checks
-    assert code == {"transformer_lm/concepts/alibi.py", "transformer_lm/visible_checks.py"}
+    assert code == {"transformer_lm/instructor/concepts/alibi.py", "transformer_lm/instructor/visible_checks.py"}
     assert len(code) <= CODE_FILES_ALLOWED
     assert notebooks_and_checks <= changed
     assert changed - code - notebooks_and_checks <= set(STORED_VALUES), changed

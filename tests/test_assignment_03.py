@@ -15,7 +15,7 @@ import pytest
 import assignment_tests
 import assignments
 import notebook_tools as tools
-from autograder import sandbox
+from autograder.running import sandbox
 
 ROW = assignments.BY_NAME["03_pytorch_attention"]
 globals().update(assignment_tests.tests_for(ROW))

@@ -18,7 +18,7 @@ import pytest
 import assignment_tests
 import assignments
 import notebook_tools as tools
-from autograder import sandbox
+from autograder.running import sandbox
 
 ROW = assignments.BY_NAME["04_mingpt"]
 globals().update(assignment_tests.tests_for(ROW))
@@ -288,8 +288,8 @@ def visible_check_of(source_nb, test_id: str, replacements: dict[str, str]) -> s
 def hidden_verdicts(namespace: dict, grade_id: str, secret: bytes) -> list:
     """The hidden checks of ``grade_id`` judged on objects of ``namespace``, without the sandbox:
     each probe called here as the harness would call it."""
-    from autograder.course import Course, generator_for, load_items
-    from transformer_lm.kinds import judge_here
+    from autograder.reading.course import Course, generator_for, load_items
+    from transformer_lm.instructor.kinds import judge_here
 
     item = next(i for i in load_items(Course(tools.REPO_ROOT), ROW.name) if i.grade_id == grade_id)
     return [judge_here(check, namespace, generator_for(secret, ROW.name, grade_id, index))

@@ -18,7 +18,7 @@ import assignment_tests
 import assignments
 import notebook_tools as tools
 from live_checks import visible
-from autograder import sandbox
+from autograder.running import sandbox
 
 ROW = assignments.BY_NAME["05_efficient_attention"]
 globals().update(assignment_tests.tests_for(ROW))

@@ -14,14 +14,14 @@ import pytest
 
 import attack_class
 import notebook_tools as tools
-from autograder import sandbox
+from autograder.running import sandbox
 
 A = attack_class.A
 pytestmark = pytest.mark.timeout(1800)  # the first test grades the class (about 60 submissions, one worker)
 
 
 def write_class(root: Path, submissions: dict) -> None:
-    from autograder.demo import make_course
+    from autograder.commands.demo import make_course
 
     make_course(root, A, generate=False)
     for student, notebook in submissions.items():

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transformer_lm import capped_call
-from transformer_lm.tiled_kinds import MEMORY_CAP
+from transformer_lm.instructor.tiled_kinds import MEMORY_CAP
 
 
 def tiled_row_maxima():

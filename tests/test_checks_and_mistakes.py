@@ -10,11 +10,12 @@ from safetensors.torch import load_file
 import notebook_tools as tools
 from float_tolerance import ACROSS_MACHINES, PUBLIC_VALUES, assert_same
 from live_checks import check_here
-from transformer_lm import adapters, catalog, checks, make_test_values, mistakes, reference, visible_checks
-from transformer_lm.cases import AttentionCase, make_case_tensors
+from transformer_lm import catalog, checks
+from transformer_lm.instructor import adapters, make_test_values, mistakes, reference, visible_checks
+from transformer_lm.instructor.cases import AttentionCase, make_case_tensors
 from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws
-from transformer_lm.gpt_kinds import sampling_check
-from transformer_lm.kinds import AttentionCheck
+from transformer_lm.instructor.gpt_kinds import sampling_check
+from transformer_lm.instructor.kinds import AttentionCheck
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
 REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)

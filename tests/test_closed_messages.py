@@ -1,5 +1,5 @@
 """Every word a student reads of a hidden run before the deadline comes from the closed catalogue
-of :mod:`autograder.messages`: a run that forges its report (events of its own, a ``tampered`` or
+of :mod:`autograder.reading.messages`: a run that forges its report (events of its own, a ``tampered`` or
 ``garbled`` note with words of its choice, an exit by any status or signal) gets only catalogue
 text back, and no word it chose, in the item's text, the instructor's flags (which the feedback
 pages show) or what the service shows. Before the catalogue, the grader quoted a ``tampered``
@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import journal, messages
-from autograder.results import STATUSES
-from autograder.run_reply import ending, probe_message
-from autograder.sandbox import Reply
+from autograder.reading import messages
+from autograder.running import journal
+from autograder.reading.results import STATUSES
+from autograder.running.run_reply import ending, probe_message
+from autograder.running.sandbox import Reply
 from autograder.service.shown import public_message
 
 PLAN = {"skip_cells": [], "skip_probes": [], "cells": [{"index": 0, "probes": ["own.0"]}, {"index": 1, "probes": []}],

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 import notebook_tools as tools
-from autograder.cli import main
-from autograder.course import Course
+from autograder.commands.cli import main
+from autograder.reading.course import Course
 
 
 def run(*argv) -> tuple[int, str]:

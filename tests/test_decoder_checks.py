@@ -1,4 +1,4 @@
-"""Assignment 06's check kinds (transformer_lm/decoder_kinds.py): the course's own code passes
+"""Assignment 06's check kinds (transformer_lm/instructor/decoder_kinds.py): the course's own code passes
 every visible check, and each catalogued mistake of rotary embeddings, grouped-query attention
 and sliding windows is caught and named by the visible check that concerns it."""
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from live_checks import visible
-from transformer_lm import catalog, checks, mistakes, reference
+from transformer_lm import catalog, checks
+from transformer_lm.instructor import mistakes, reference
 from transformer_lm.flaws import DecoderFlaws
 from transformer_lm.judging import CheckFailed
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from autograder import sandbox
+from autograder.running import sandbox
 
 
 @pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")

@@ -1,8 +1,8 @@
-"""Who a forbidden call that ran belongs to (autograder.forbidden.found_in_trace), from the cells on
+"""Who a forbidden call that ran belongs to (autograder.reading.forbidden.found_in_trace), from the cells on
 its stack as the sandbox's trace reports them: one mistake costs points once, and no answer gains
 by calling the library from somewhere else."""
 
-from autograder.forbidden import found_in_trace
+from autograder.reading.forbidden import found_in_trace
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 
 SDPA = "scaled_dot_product_attention"
@@ -63,7 +63,7 @@ def _preflight_of(answer: str, tmp_path):
     import json
 
     import notebook_tools as tools
-    from autograder.preflight import preflight
+    from autograder.reading.preflight import preflight
 
     a, nb = "01_attention_basics", "attention_basics.ipynb"
     spec = importlib.util.spec_from_file_location("checks_01", tools.REPO_ROOT / "autograder" / "checks" / f"{a}.py")

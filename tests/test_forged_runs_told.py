@@ -2,8 +2,8 @@
 that finished and ended every step, but filled the ends with words of its own (a cell's or a
 probe's error text, an error's kind, a record's bytes, a probe's plain value, notes of what it ran),
 gives the feedback pages no word it chose and only texts made of the closed catalogue
-(:mod:`autograder.feedback_texts`), and the service only texts of the catalogue
-(:mod:`autograder.messages`). It drives the grader's own reading of a finished run, the judge of
+(:mod:`autograder.recording.feedback_texts`), and the service only texts of the catalogue
+(:mod:`autograder.reading.messages`). It drives the grader's own reading of a finished run, the judge of
 every item and the service's ``public`` text, with forged journals made by Hypothesis.
 :mod:`tests.test_closed_messages` does the same for runs that died or were stopped."""
 
@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import journal, messages, runner
-from autograder.assignment import Assignment
-from autograder.course import Course
-from autograder.demo import make_course
-from autograder.feedback_texts import catalogue
-from autograder.judge import judge_item
-from autograder.preflight import preflight
+from autograder.reading import messages
+from autograder.running import journal, runner
+from autograder.reading.assignment import Assignment
+from autograder.reading.course import Course
+from autograder.commands.demo import make_course
+from autograder.recording.feedback_texts import catalogue
+from autograder.judging.judge import judge_item
+from autograder.reading.preflight import preflight
 
 A = "01_attention_basics"
 MARK = "LEAK"

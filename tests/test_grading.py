@@ -13,8 +13,8 @@ import sys
 from nbgrader.api import Gradebook
 
 import hostile_class
-from autograder import demo
-from autograder.cells import grade_id
+from autograder.commands import demo
+from autograder.reading.cells import grade_id
 
 A = hostile_class.A
 NB = hostile_class.NB
@@ -89,7 +89,7 @@ def test_validate_passes_the_solution_and_fails_the_blank_with_the_notebook_mess
 def test_a_fault_of_the_grader_is_logged_for_the_instructor_and_flagged_for_the_ta(tmp_path):
     """What grading does when the grader itself raises on a notebook (no known notebook makes it):
     the traceback goes to reports/<assignment>/grader_faults.log, and the flag says where."""
-    from autograder.faults import LOG_NAME, log_fault
+    from autograder.reading.faults import LOG_NAME, log_fault
 
     try:
         {}["cells"]

@@ -10,9 +10,10 @@ import json
 import pytest
 
 import notebook_tools as tools
-from autograder import record, sandbox
-from autograder.cli import main
-from autograder.course import Course
+from autograder.recording import record
+from autograder.running import sandbox
+from autograder.commands.cli import main
+from autograder.reading.course import Course
 
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
 

@@ -15,7 +15,7 @@ import nbformat
 
 import hostile_class
 import notebook_tools as tools
-from autograder.results import STATUSES
+from autograder.reading.results import STATUSES
 from conftest import CELL_TIMEOUT, fingerprint
 
 A = hostile_class.A

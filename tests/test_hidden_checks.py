@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 import transformer_lm
-from autograder import course_code
-from autograder.cells import marks
-from autograder.course import Course, generator_for, load_items
-from autograder.spec import Item
-from transformer_lm import cases, decoder_kinds, gpt_kinds, kinds, tiled_judges, tiled_kinds
-from transformer_lm.kinds import judge_here
+from autograder.reading import course_code
+from autograder.reading.cells import marks
+from autograder.reading.course import Course, generator_for, load_items
+from autograder.reading.spec import Item
+from transformer_lm import tiled_judges
+from transformer_lm.instructor import cases, decoder_kinds, gpt_kinds, kinds, tiled_kinds
+from transformer_lm.instructor.kinds import judge_here
 
 REPO = Path(__file__).resolve().parents[1]
 COURSE = Course(REPO)
-REFERENCE = REPO / "transformer_lm" / "reference"
+REFERENCE = REPO / "transformer_lm" / "instructor" / "reference"
 ASSIGNMENTS = sorted(p.stem for p in COURSE.checks_file("any").parent.glob("[0-9]*.py"))
 
 
@@ -88,10 +89,10 @@ def late_code(assignment):
 
 
 def test_the_reference_is_sent_as_one_text_that_defines_every_name_of_the_package():
-    """The modules of ``transformer_lm/reference/`` joined (what a late run's course code is cut
+    """The modules of ``transformer_lm/instructor/reference/`` joined (what a late run's course code is cut
     from) define, once each, every name the package gives, each module after those it builds on,
     and import nothing of the package (a run has none to import)."""
-    text, package = course_code.reference_source(REFERENCE), transformer_lm.reference
+    text, package = course_code.reference_source(REFERENCE), transformer_lm.instructor.reference
     tree = ast.parse(text)
     defined = [node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))]
     assert len(defined) == len(set(defined)) and set(defined) == set(package.__all__)
@@ -100,7 +101,7 @@ def test_the_reference_is_sent_as_one_text_that_defines_every_name_of_the_packag
     assert defined.index("multi_head_attention") < defined.index("GPT") and defined.index("causal_mask") < \
         defined.index("GroupedQueryAttention")
     with course_code_loaded({"reference": text, "stand_ins": ""}):
-        module = sys.modules["transformer_lm.reference"]
+        module = sys.modules["transformer_lm.instructor.reference"]
         assert module is not package and all(callable(getattr(module, name)) for name in package.__all__)
         assert module.GPTConfig(n_embd=8) == module.GPTConfig(n_embd=8) and module.GPTConfig().n_embd == 12
         assert module.causal_mask(2, 3).tolist() == package.causal_mask(2, 3).tolist()
@@ -108,8 +109,8 @@ def test_the_reference_is_sent_as_one_text_that_defines_every_name_of_the_packag
 
 def test_a_reference_module_that_imports_the_package_itself_is_refused(tmp_path):
     (tmp_path / "first.py").write_text("def one():\n    return 1\n")
-    (tmp_path / "second.py").write_text("from transformer_lm.reference import one\n\n\ndef two():\n    return one()\n")
-    with pytest.raises(ValueError, match="from transformer_lm.reference.<module> import"):
+    (tmp_path / "second.py").write_text("from transformer_lm.instructor.reference import one\n\n\ndef two():\n    return one()\n")
+    with pytest.raises(ValueError, match="from transformer_lm.instructor.reference.<module> import"):
         course_code.reference_source(tmp_path)
     (tmp_path / "second.py").write_text("def one():\n    return 2\n")
     with pytest.raises(ValueError, match="one is defined by first and second"):
@@ -120,16 +121,16 @@ def test_a_reference_module_that_imports_the_package_itself_is_refused(tmp_path)
 def course_code_loaded(code):
     """The namespace of the stand-ins, made as the harness makes it (CourseCode), with the pruned
     reference in place of the package's for the block only."""
-    saved_module, saved_attribute = sys.modules["transformer_lm.reference"], transformer_lm.reference
-    module = types.ModuleType("transformer_lm.reference")
-    sys.modules[module.__name__], transformer_lm.reference = module, module
+    saved_module, saved_attribute = sys.modules["transformer_lm.instructor.reference"], transformer_lm.instructor.reference
+    module = types.ModuleType("transformer_lm.instructor.reference")
+    sys.modules[module.__name__], transformer_lm.instructor.reference = module, module
     try:
         exec(compile(code["reference"], "<the course's code>", "exec"), module.__dict__)
         namespace = {}
         exec(compile(code["stand_ins"], "<the course's code>", "exec"), namespace)
         yield namespace
     finally:
-        sys.modules["transformer_lm.reference"], transformer_lm.reference = saved_module, saved_attribute
+        sys.modules["transformer_lm.instructor.reference"], transformer_lm.instructor.reference = saved_module, saved_attribute
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -1,5 +1,5 @@
 """No hint, and no text of the student's wheel, holds an answer's code: a hint names the idea and
-what goes wrong, never the expression a solution writes. The wheel (``STUDENT_FILES``) reaches
+what goes wrong, never the expression a solution writes. The wheel (``student_files``) reaches
 every student, who can read each hint in it without failing anything; before, six hints were the
 answer's own expression (the empty-part guard of ``merge_stats``, the backward's ``dq``/``dk``,
 RoPE's frequencies, the window's diagonal, the padded mask and the padded positions).
@@ -7,8 +7,8 @@ RoPE's frequencies, the window's diagonal, the padded mask and the padded positi
 A solution line is a code line between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` of
 ``source/*/*.ipynb`` whose code (comment stripped) has :data:`SHORTEST` characters or more without
 its whitespace, and that the notebooks do not also write outside a solution (as
-:func:`autograder.student_kit.solution_lines` counts them, from the same
-:func:`autograder.student_kit.written_lines`). A text holds one when:
+:func:`autograder.commands.student_kit.solution_lines` counts them, from the same
+:func:`autograder.commands.student_kit.written_lines`). A text holds one when:
 
 * a window of :data:`SHORTEST` characters of the line's code appears in the text, both read
   without whitespace, keyword names (``dim=-1`` is ``-1``), or ``dtype=``/``device=`` arguments,
@@ -34,9 +34,9 @@ from functools import lru_cache
 import pytest
 
 import notebook_tools as tools
-import transformer_lm.concepts
-import transformer_lm.mistakes  # noqa: F401 - its families register the mistakes they add
-from autograder.student_kit import PACKAGE, STUDENT_FILES, written_lines
+import transformer_lm.instructor.concepts
+import transformer_lm.instructor.mistakes  # noqa: F401 - its families register the mistakes they add
+from autograder.commands.student_kit import PACKAGE, student_files, written_lines
 from transformer_lm import catalog
 
 SHORTEST = 20
@@ -150,9 +150,9 @@ def answers_held(text: str) -> set[str]:
 
 
 def hints() -> dict[str, str]:
-    """Every catalogued mistake's title and hint, the families of ``transformer_lm/concepts/``
+    """Every catalogued mistake's title and hint, the families of ``transformer_lm/instructor/concepts/``
     registered."""
-    for module in pkgutil.iter_modules(transformer_lm.concepts.__path__, "transformer_lm.concepts."):
+    for module in pkgutil.iter_modules(transformer_lm.instructor.concepts.__path__, "transformer_lm.instructor.concepts."):
         importlib.import_module(module.name)
     return {name: f"{mistake.title}\n{mistake.hint}" for name, mistake in catalog.BY_NAME.items()}
 
@@ -161,7 +161,7 @@ def wheel_texts() -> dict[str, str]:
     """Every string constant of the wheel's Python modules (docstrings, ``TEXTS``, f-strings' parts),
     by ``file:line``."""
     texts = {}
-    for name in (name for name in STUDENT_FILES if name.endswith(".py")):
+    for name in (name for name in student_files(tools.REPO_ROOT) if name.endswith(".py")):
         for node in ast.walk(ast.parse((tools.REPO_ROOT / PACKAGE / name).read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 texts[f"{name}:{node.lineno}"] = texts.get(f"{name}:{node.lineno}", "") + node.value

@@ -4,7 +4,7 @@ verdict's message and hint hold none of it. A run's process is the student's, an
 could carry a hidden input out into the feedback pages. Before, the KV-cache size judge quoted a
 returned string, the parameters judge the names of the module's own parameters, and the tiled
 Function's judge the names of the attributes it left on ctx. And every
-message is made of the closed catalogue's templates (:mod:`autograder.feedback_texts`)."""
+message is made of the closed catalogue's templates (:mod:`autograder.recording.feedback_texts`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder.assignment import Assignment
-from autograder.course import Course
-from autograder.demo import make_course
-from autograder.feedback_texts import Catalogue, catalogue
+from autograder.reading.assignment import Assignment
+from autograder.reading.course import Course
+from autograder.commands.demo import make_course
+from autograder.recording.feedback_texts import Catalogue, catalogue
 
 MARK = "LEAK"
 ASSIGNMENTS = sorted(path.name for path in (tools.REPO_ROOT / "source").glob("0[1-6]_*"))
@@ -55,10 +55,10 @@ def records(draw, expected: dict) -> dict:
 def told(check, record: dict, value, texts: Catalogue) -> str:
     """What the grader says of a probe's ``record`` or plain ``value``, and its hint, once its
     message is found made of the catalogue (``texts``). A judge that raised says nothing of it
-    (autograder.judge names only the type of what it raised)."""
+    (autograder.judging.judge names only the type of what it raised)."""
     try:
         verdict = check.judge(record, None, False) if record else check.judge_result(value, False)
-    except Exception:  # noqa: BLE001 - autograder.judge says ERRORS["uncompared"], no word of it
+    except Exception:  # noqa: BLE001 - autograder.judging.judge says ERRORS["uncompared"], no word of it
         return ""
     assert texts.holds(verdict.message), verdict.message
     return f"{verdict.message} {verdict.hint or ''}"

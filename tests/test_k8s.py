@@ -6,8 +6,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autograder.cli import build_parser
-from autograder.k8s_jobs import render
+from autograder.commands.cli import build_parser
+from autograder.commands.k8s_jobs import render
 
 KUBERNETES = kubernetes_validate.latest_version()
 CASES = [("01_attention_basics", 4), ("02_multihead_attention", 3), ("04_mingpt", 1)]
@@ -59,7 +59,7 @@ def test_the_grade_job_runs_one_shard_per_pod_with_a_command_the_autograder_take
 
 
 def test_each_worker_of_a_pod_has_a_cpu_and_the_memory_a_students_run_may_take():
-    from autograder.runner import RunSettings  # here: it imports torch, which the other tests need not
+    from autograder.running.runner import RunSettings  # here: it imports torch, which the other tests need not
 
     container, = job("01_attention_basics", 4, "grade", workers=3)["spec"]["template"]["spec"]["containers"]
     memory = f"{3 * RunSettings().memory_bytes // 2**30}Gi"

@@ -3,53 +3,11 @@
 
 import ast
 import json
-from pathlib import Path
 
 import pytest
 
-from autograder import runner, sandbox
-
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("autograder", "transformer_lm")
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def modules() -> dict[str, Path]:
-    """Every module of both packages (hidden checks, loaded by path, are not imported by name)."""
-    found = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            if "checks" not in path.relative_to(REPO / package).parts[:1] or package != "autograder":
-                found[module_name(path)] = path
-    return found
-
-
-def imports(path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``path`` imports anywhere in its code (in functions too)."""
-    tree = ast.parse(path.read_text())
-    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name:
-                found.add(name)
-    return found - {module_name(path)}
+from autograder.running import runner, sandbox
+from package_imports import PACKAGES, imports, modules
 
 
 def test_no_module_of_either_package_imports_itself_back():
@@ -106,7 +64,8 @@ def test_the_sandbox_library_holds_only_the_sandboxed_folder(tmp_path):
     assert done.returncode == 0 and line, done.output[-3000:]
     result = json.loads(line.removeprefix("RESULT "))
     assert {n for n, how in result.items() if how == "imported"} == SANDBOX_SIDE, result
-    assert result["transformer_lm.reference"] == result["autograder.grading"] == "ModuleNotFoundError"
+    assert result["transformer_lm.instructor.reference"] == "ModuleNotFoundError"
+    assert result["autograder.judging.grading"] == "ModuleNotFoundError"
 
 
 @pytest.mark.parametrize("name", sorted(SANDBOX_SIDE))

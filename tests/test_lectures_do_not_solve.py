@@ -41,7 +41,7 @@ import torch
 
 import notebook_tools as tools
 from transformer_lm import capped_call, checks
-from transformer_lm.reference import decoder, gpt
+from transformer_lm.instructor.reference import decoder, gpt
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -11,7 +11,8 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from transformer_lm import checks, reference
+from transformer_lm import checks
+from transformer_lm.instructor import reference
 from transformer_lm.decoder_judges import BytesJudge
 from transformer_lm.judging import CheckFailed, difference
 

@@ -7,8 +7,8 @@ import torch
 
 from transformer_lm import catalog, stored
 from transformer_lm.catalog import Mistake
-from transformer_lm.kinds import CallCheck, ModuleCheck, judge_here
-from transformer_lm.mistake_family import MistakeFamily
+from transformer_lm.instructor.kinds import CallCheck, ModuleCheck, judge_here
+from transformer_lm.instructor.mistake_family import MistakeFamily
 
 CUBE_SQUARED = Mistake("test_cube_squared", "squared instead of cubed", "x ** 3, not x ** 2.")
 LINEAR_WITHOUT_BIAS = Mistake("test_linear_without_bias", "bias left out", "Add self.bias after the product.")

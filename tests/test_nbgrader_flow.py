@@ -17,9 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 import notebook_tools as tools
-from autograder import demo, record, sandbox
-from autograder.course import Course
-from autograder.record import nbgrader_env
+from autograder.commands import demo
+from autograder.recording import record
+from autograder.running import sandbox
+from autograder.reading.course import Course
+from autograder.recording.record import nbgrader_env
 
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from test_warm_sandbox import worker  # noqa: F401 (the fixture)
 from warm_runs import plan, printed
 
-from autograder.sandbox.environment import SYSTEM_PATHS, in_system_folder
+from autograder.running.sandbox.environment import SYSTEM_PATHS, in_system_folder
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -25,13 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import notebook_data, record
-from autograder.assignment import Assignment
-from autograder.cells import answer_cells
-from autograder.course import Course
-from autograder.preflight import preflight
-from autograder.results import SubmissionResult
-from autograder.run_plan import plan_of
+from autograder.reading import notebook_data
+from autograder.recording import record
+from autograder.reading.assignment import Assignment
+from autograder.reading.cells import answer_cells
+from autograder.reading.course import Course
+from autograder.reading.preflight import preflight
+from autograder.reading.results import SubmissionResult
+from autograder.running.run_plan import plan_of
 from autograder.service import intake, store
 from transformer_lm.style import style_problems
 
@@ -112,7 +113,7 @@ def damaged_notebooks(draw) -> bytes:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    from autograder import demo
+    from autograder.commands import demo
 
     root = tmp_path_factory.mktemp("fuzz")
     demo.make_course(root, A, generate=False)

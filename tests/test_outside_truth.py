@@ -9,7 +9,7 @@ import pytest
 
 import notebook_tools as tools
 import outside_truth_class as truth
-from autograder import sandbox
+from autograder.running import sandbox
 
 A = truth.A
 GOOD = truth.solution()

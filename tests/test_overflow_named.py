@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.assignment import Assignment
-from autograder.course import Course
-from autograder.demo import make_course
-from autograder.feedback_texts import catalogue
-from transformer_lm import checks, visible_checks
+from autograder.reading.assignment import Assignment
+from autograder.reading.course import Course
+from autograder.commands.demo import make_course
+from autograder.recording.feedback_texts import catalogue
+from transformer_lm import checks
+from transformer_lm.instructor import visible_checks
 from transformer_lm.judging import CheckFailed, difference, judge, overflow
 
 
@@ -48,7 +49,7 @@ HONEST = {"torch.softmax": library, "the maximum subtracted": shifted, "logsumex
 
 @pytest.fixture(scope="module")
 def visible() -> list[dict]:
-    """The visible checks of softmax_stable, as ``python -m transformer_lm.make_test_values``
+    """The visible checks of softmax_stable, as ``python -m transformer_lm.instructor.make_test_values``
     stores them."""
     return visible_checks.ASSIGNMENTS["01_attention_basics"]()["softmax_stable"]
 

@@ -32,18 +32,18 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import notebook_tools as tools
-from autograder import record, similarity
-from autograder.assignment import Assignment
-from autograder.cells import answer_cells, with_grade_id
-from autograder.cli import main
-from autograder.course import Course
-from autograder.demo import ASSIGNMENT as A, NOTEBOOK as NB, make_course
-from autograder.faults import LOG_NAME
-from autograder.fingerprints import fingerprint
-from autograder.notebook_data import parse_notebook
-from autograder.preflight import preflight
-from autograder.regrade import compare, summary, write_changes_csv
-from autograder.results import STATUSES, ItemResult, SubmissionResult, load_results, write_report
+from autograder.recording import record, similarity
+from autograder.reading.assignment import Assignment
+from autograder.reading.cells import answer_cells, with_grade_id
+from autograder.commands.cli import main
+from autograder.reading.course import Course
+from autograder.commands.demo import ASSIGNMENT as A, NOTEBOOK as NB, make_course
+from autograder.reading.faults import LOG_NAME
+from autograder.recording.fingerprints import fingerprint
+from autograder.reading.notebook_data import parse_notebook
+from autograder.reading.preflight import preflight
+from autograder.recording.regrade import compare, summary, write_changes_csv
+from autograder.reading.results import STATUSES, ItemResult, SubmissionResult, load_results, write_report
 from autograder.service import intake, store
 from similarity_class import deep_expression
 from test_notebook_fuzz import damaged_notebooks
@@ -393,7 +393,7 @@ def test_a_fault_while_comparing_costs_that_notebook_alone(template, tmp_path, c
 
 
 def test_a_fault_of_the_similarity_report_costs_its_section_not_the_report(template, tmp_path, capsys, monkeypatch):
-    from autograder import report
+    from autograder.recording import report
 
     monkeypatch.setattr(report, "write_similarity", fault_on(report.write_similarity, A))
     with hostile_class(template, tmp_path, Hostile("bo", NB, notebook_bytes(SOLUTION), "Correct.")) as course:
@@ -406,7 +406,7 @@ def test_a_fault_of_the_similarity_report_costs_its_section_not_the_report(templ
 
 
 def test_a_fault_while_writing_feedback_costs_that_students_pages_alone(template, tmp_path, capsys, monkeypatch):
-    from autograder import feedback
+    from autograder.recording import feedback
 
     monkeypatch.setattr(feedback, "render", fault_on(feedback.render, "Graded by a faulty grader."))
     with hostile_class(template, tmp_path, Hostile("bo", NB, notebook_bytes(SOLUTION),

@@ -7,8 +7,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from transformer_lm import adapters, checks, reference
-from transformer_lm.reference import AttentionWeights
+from transformer_lm import checks
+from transformer_lm.instructor import adapters, reference
+from transformer_lm.instructor.reference import AttentionWeights
 
 COMBINATIONS = 60
 

@@ -18,11 +18,12 @@ import json
 import pytest
 
 import notebook_tools as tools
-from autograder import demo, sandbox
-from autograder.cli import main
-from autograder.course import Course, checks_version
-from autograder.regrade import compare
-from autograder.results import ItemResult, SubmissionResult
+from autograder.commands import demo
+from autograder.running import sandbox
+from autograder.commands.cli import main
+from autograder.reading.course import Course, checks_version
+from autograder.recording.regrade import compare
+from autograder.reading.results import ItemResult, SubmissionResult
 
 A = demo.ASSIGNMENT
 MISTAKE = "softmax over the wrong dimension"
@@ -33,9 +34,9 @@ import dataclasses
 
 import torch
 
-from transformer_lm import adapters
-from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import AttentionCheck, CallCheck
+from transformer_lm.instructor import adapters
+from transformer_lm.instructor.cases import AttentionCase
+from transformer_lm.instructor.kinds import AttentionCheck, CallCheck
 
 NOBODY_PASSES = (CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1) + 1,
                            lambda g: {"x": torch.randn(4, 9, generator=g)}),)

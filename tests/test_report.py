@@ -17,9 +17,9 @@ import numpy
 import pytest
 
 import hostile_class
-from autograder.cli import main
-from autograder.report import item_statistics, render
-from autograder.results import ItemResult, SubmissionResult
+from autograder.commands.cli import main
+from autograder.recording.report import item_statistics, render
+from autograder.reading.results import ItemResult, SubmissionResult
 
 A = hostile_class.A
 HOSTILE = "=<img src=x onerror=alert(1)>&amp;\"'"  # a folder name: every character a page or a sheet cares about

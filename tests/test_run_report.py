@@ -10,11 +10,11 @@ import os
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from autograder import journal
-from autograder.harness import report
-from autograder.harness.serve import Gate
-from autograder.run_reply import death
-from autograder.sandbox import Reply
+from autograder.running import journal
+from autograder.running.harness import report
+from autograder.running.harness.serve import Gate
+from autograder.running.run_reply import death
+from autograder.running.sandbox import Reply
 
 PLAN = {"skip_cells": [], "skip_probes": [], "cells": [{"index": 0, "probes": ["own.0"]}], "stages": [["late.0"]]}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.sandbox import Isolation, Limits, detect_isolation, run_sandboxed
+from autograder.running import sandbox
+from autograder.running.sandbox import Isolation, Limits, detect_isolation, run_sandboxed
 
 REPO = Path(__file__).resolve().parents[1]
 ISOLATION = detect_isolation()

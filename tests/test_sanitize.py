@@ -1,4 +1,4 @@
-"""Student-written markdown made inert (`autograder.sanitize`), judged by what nbgrader shows:
+"""Student-written markdown made inert (`autograder.reading.sanitize`), judged by what nbgrader shows:
 the HTML that nbconvert's markdown renderer (formgrader's and the feedback's) makes of it."""
 
 from html.parser import HTMLParser
@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from autograder.sanitize import neutralize_student_markdown, safe_markdown
+from autograder.reading.sanitize import neutralize_student_markdown, safe_markdown
 
 ACTIVE_TAGS = {"script", "style", "iframe", "frame", "object", "embed", "form", "input", "button", "link", "meta",
                "base", "svg", "math"}

@@ -1,6 +1,6 @@
 """Before the deadline a check shows no hidden input: what each kind of item message becomes."""
 
-from autograder import messages
+from autograder.reading import messages
 from autograder.service.shown import public_item, public_message
 
 WRONG_ROW = "sliding_window_mask(query_len=7, key_len=7, window=2): row 2 is wrong."

@@ -15,19 +15,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import notebook_tools as tools
-from autograder.course import Course
-from autograder.errors import GradingError
+from autograder.reading.course import Course
+from autograder.reading.errors import GradingError
 from autograder.service import supervisor
 from autograder.service.intake import MAX_FILENAME, body_limit, read_post, read_sent
 from autograder.service.policy import Policies, Policy
 from autograder.service.schema import SCHEMA
-from autograder.service.store import (
-    KEPT_UNCOUNTED,
-    UNCOUNTED_ROW_BYTES,
-    Store,
-    TooManyRefused,
-    fair_order,
-)
+from autograder.service.store import (KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store, TooManyRefused, fair_order)
 
 OPEN = Policy(open=True, per_hour=3, in_all=5)
 NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'

@@ -8,9 +8,11 @@ import pytest
 from nbgrader.api import Gradebook
 
 import notebook_tools as tools
-from autograder import demo, pipeline, sandbox
-from autograder.cli import main
-from autograder.course import Course
+from autograder.commands import demo
+from autograder.recording import pipeline
+from autograder.running import sandbox
+from autograder.commands.cli import main
+from autograder.reading.course import Course
 
 A = demo.ASSIGNMENT
 pytestmark = pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap",

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import notebook_tools as tools
-from autograder import runner, sandbox
+from autograder.running import runner, sandbox
 from hostile_class import A, add_cell, solution
 from warm_runs import printed, run
 

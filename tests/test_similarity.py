@@ -17,14 +17,14 @@ from copydetect.utils import filter_code
 import browser_tools
 import notebook_tools as tools
 import similarity_class as sc
-from autograder.cli import main
-from autograder.course import Course
-from autograder.demo import make_course
-from autograder.fingerprints import K, fingerprint
-from autograder.notebook_data import read_notebook
-from autograder.results import ItemResult, SubmissionResult, write_report
-from autograder.similarity import CLASSMATE, PUBLIC, REFERENCE, code_answer_cells
-from autograder.similarity_report import write_similarity
+from autograder.commands.cli import main
+from autograder.reading.course import Course
+from autograder.commands.demo import make_course
+from autograder.recording.fingerprints import K, fingerprint
+from autograder.reading.notebook_data import read_notebook
+from autograder.reading.results import ItemResult, SubmissionResult, write_report
+from autograder.recording.similarity import CLASSMATE, PUBLIC, REFERENCE, code_answer_cells
+from autograder.recording.similarity_report import write_similarity
 
 A, NB = sc.A, sc.NB
 ARTIFACTS = tools.REPO_ROOT / "artifacts" / "similarity"
@@ -125,7 +125,7 @@ def test_an_answer_python_cannot_parse_is_fingerprinted_as_written(source):
 def test_fingerprints_are_the_same_in_every_process():
     """copydetect's own k-gram hash is Python's, salted anew in each process; ours is the same in
     every process, so a report repeats."""
-    script = ("import io, sys; from copydetect import CodeFingerprint; from autograder.fingerprints import fingerprint; "
+    script = ("import io, sys; from copydetect import CodeFingerprint; from autograder.recording.fingerprints import fingerprint; "
               "text = sys.stdin.read(); print(sorted(fingerprint(text).hashes)); "
               "print(sorted(CodeFingerprint('a.py', 25, 6, fp=io.StringIO(text)).hashes))")
     ours, theirs = zip(*(subprocess.run([sys.executable, "-c", script], input=sc.ANN, capture_output=True, text=True,

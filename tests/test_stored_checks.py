@@ -5,11 +5,12 @@ same message and the same name (transformer_lm/stored.py); a judge that is not d
 import pytest
 import torch
 
-from transformer_lm import catalog, mistakes, reference, stored
-from transformer_lm.adapters import SELF_ATTENTION_V1
-from transformer_lm.cases import AttentionCase
-from transformer_lm.kinds import AttentionCheck, FactoryCheck, ParametersCheck, RaisesCheck, function_check
-from transformer_lm.mistakes import ATTENTION_FUNCTION_MISTAKES
+from transformer_lm import catalog, stored
+from transformer_lm.instructor import mistakes, reference
+from transformer_lm.instructor.adapters import SELF_ATTENTION_V1
+from transformer_lm.instructor.cases import AttentionCase
+from transformer_lm.instructor.kinds import AttentionCheck, FactoryCheck, ParametersCheck, RaisesCheck, function_check
+from transformer_lm.instructor.mistakes import ATTENTION_FUNCTION_MISTAKES
 
 
 def attention(q, k, v, mask=None):

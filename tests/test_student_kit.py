@@ -41,9 +41,9 @@ import pytest
 
 import browser_tools
 import notebook_tools as tools
-from autograder import student_kit
-from autograder.errors import GradingError
-from autograder.preflight import SKIP_TAG
+from autograder.commands import student_kit
+from autograder.reading.errors import GradingError
+from autograder.reading.preflight import SKIP_TAG
 from transformer_lm import grader_check
 
 pytestmark = pytest.mark.timeout(1800)  # the first run test sets up the kit's environment and runs every notebook
@@ -135,7 +135,7 @@ def test_the_kit_holds_what_students_need_and_nothing_of_the_instructors(kit):
     [wheel] = (kit / "wheels").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         files = {name for name in archive.namelist() if name.startswith("transformer_lm/")}
-    assert files == {f"transformer_lm/{name}" for name in student_kit.STUDENT_FILES}
+    assert files == {f"transformer_lm/{name}" for name in student_kit.student_files(ROOT)}
     assert f"./wheels/{wheel.name}" in (kit / "requirements.txt").read_text().splitlines()
     for path in kit.rglob("*"):
         assert not {"source", "autograder", "submitted", "autograded", "reports", "gradebook.db"} & set(path.parts)
@@ -144,7 +144,7 @@ def test_the_kit_holds_what_students_need_and_nothing_of_the_instructors(kit):
 
 def reference_definition(name: str) -> str:
     """The source of a top-level definition of the reference package."""
-    for path in sorted((ROOT / "transformer_lm" / "reference").glob("*.py")):
+    for path in sorted((ROOT / "transformer_lm" / "instructor" / "reference").glob("*.py")):
         text = path.read_text()
         for node in ast.parse(text).body:
             if getattr(node, "name", None) == name:
@@ -161,18 +161,18 @@ def test_a_kit_with_an_answer_planted_in_it_is_refused(kit, tmp_path):
     (planted / "lectures" / "notes.py").write_text(f"def softmax_stable(x):\n    pass\n\n# {solution}\n{solution}\n")
     (planted / "lectures" / "checks.txt").write_text(hidden)
     [wheel] = (planted / "wheels").glob("*.whl")
-    modules = sorted((ROOT / "transformer_lm" / "reference").glob("*.py"))
+    modules = sorted((ROOT / "transformer_lm" / "instructor" / "reference").glob("*.py"))
     with zipfile.ZipFile(wheel, "a") as archive:
         for module in modules:
-            archive.write(module, f"transformer_lm/reference/{module.name}")
+            archive.write(module, f"transformer_lm/instructor/reference/{module.name}")
     (planted / "lectures" / "attention.py").write_text("import torch\n\n\n" + reference_definition("masked_softmax"))
     found = "\n".join(student_kit.leaks(planted))
     assert "lectures/notes.py: defines softmax_stable" in found
     assert "lectures/notes.py:5: a line of a solution" in found and "notes.py:4" not in found   # the comment is not
     assert "lectures/checks.txt: a hidden checks file" in found
-    assert f"{wheel.name}!transformer_lm/reference/gpt.py: defines GPT" in found
+    assert f"{wheel.name}!transformer_lm/instructor/reference/gpt.py: defines GPT" in found
     for module in modules:   # attention.py and __init__.py define no name a notebook asks for
-        assert f"{wheel.name}!transformer_lm/reference/{module.name}: holds the reference's reference/{module.name}" \
+        assert f"{wheel.name}!transformer_lm/instructor/reference/{module.name}: holds the reference's reference/{module.name}" \
             in found
     assert "lectures/attention.py: holds the reference's masked_softmax\n" in found + "\n"
     with pytest.raises(GradingError, match="not empty"):

@@ -1,18 +1,19 @@
 """Assignment 05's catalogue and check kinds: the twins without flaws are the reference, every
 catalogued mistake of tiled attention is caught and named by the visible check that concerns it
 (a mistake of the values by the grader's item too, in the forward and in the backward), and the
-course's own tiled attention passes every one (transformer_lm/tiled_kinds.py)."""
+course's own tiled attention passes every one (transformer_lm/instructor/tiled_kinds.py)."""
 
 import pytest
 import torch
 
 import notebook_tools as tools
-from autograder.course import Course, generator_for, load_items
+from autograder.reading.course import Course, generator_for, load_items
 from live_checks import visible
-from transformer_lm import catalog, mistakes, reference
+from transformer_lm import catalog
+from transformer_lm.instructor import mistakes, reference
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
-from transformer_lm.kinds import judge_here
+from transformer_lm.instructor.kinds import judge_here
 
 NONE = TilingFlaws()
 ASSIGNMENT = "05_efficient_attention"

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from live_checks import visible
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding
 from transformer_lm.judging import CheckFailed
 

@@ -12,8 +12,8 @@ hidden shapes; none does today.
 import pytest
 
 import notebook_tools as tools
-from autograder import audit
-from autograder.course import Course, load_items
+from autograder.commands import audit
+from autograder.reading.course import Course, load_items
 
 COURSE = Course(tools.REPO_ROOT)
 ASSIGNMENTS = sorted(path.stem for path in (tools.REPO_ROOT / "autograder" / "checks" / "audit").glob("[0-9]*.py"))

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from transformer_lm import reference  # noqa: E402
+from transformer_lm.instructor import reference  # noqa: E402
 from transformer_lm.sandboxed import viz  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Submissions that share a warm sandbox (one ``runner.Worker``) cannot reach each other or the
 server that starts them.
 
-Each run has a pid, mount and IPC namespace of its own (``autograder/harness/isolate.py``): it
+Each run has a pid, mount and IPC namespace of its own (``autograder/running/harness/isolate.py``): it
 sees no process but its own, no ``/proc``, and cannot write where its results go. The first run
 here plays a student who leaves behind what could outlive a process (files in every writable
 folder, a process, a thread) and reaches for the server; the next run looks for all of it. The
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import runner, sandbox
-from autograder.harness.guard import TAMPERED_EXIT
-from autograder.run_reply import exit_code
+from autograder.running import runner, sandbox
+from autograder.running.harness.guard import TAMPERED_EXIT
+from autograder.running.run_reply import exit_code
 from warm_runs import plan, printed, run
 
 REPO = Path(__file__).resolve().parents[1]

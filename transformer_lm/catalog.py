@@ -3,11 +3,11 @@ reads, and the flaws that make it (which step goes wrong, as a flag).
 
 This is the part of the catalogue that names mistakes: visible checks and the grader name a
 mistake with it. What each mistake computes, the deliberately breakable twins of the reference
-that the flaws switch on, is in :mod:`transformer_lm.mistakes`, on the instructor's side with the
+that the flaws switch on, is in :mod:`transformer_lm.instructor.mistakes`, on the instructor's side with the
 reference.
 
 The four families of mistakes below are the course's own. A concept added later writes its
-mistakes beside its reference, in a :class:`transformer_lm.mistake_family.MistakeFamily`, which
+mistakes beside its reference, in a :class:`transformer_lm.instructor.mistake_family.MistakeFamily`, which
 :func:`register` adds to :data:`BY_NAME` when the concept's module is imported; such a mistake
 has no flaws, since its family computes it with functions of its own.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
 
 NAMES = {"batch": "batch", "seq": "seq", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
-"""The names hints use for shapes, unless a notebook's API gives its own (:class:`transformer_lm.cases.AttentionAPI`)."""
+"""The names hints use for shapes, unless a notebook's API gives its own (:class:`transformer_lm.instructor.cases.AttentionAPI`)."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Each test cell names a group of checks (``check("self_attention_v1", SelfAttention_v1)``). The
 instructor prepared every check of the group from a fixed seed with the reference, and stored the
 inputs, what the reference gave and what each catalogued mistake gives on them
-(``python -m transformer_lm.make_test_values``, :mod:`transformer_lm.stored`). Here, in the
+(``python -m transformer_lm.instructor.make_test_values``, :mod:`transformer_lm.stored`). Here, in the
 student's kernel, each check calls the student's object through its probe and judges the result
 with the same judge the grader uses on hidden inputs (:mod:`transformer_lm.judging`), against the
 stored values alone: no reference is needed, and none is shipped. Only here, a failure shows
@@ -37,7 +37,7 @@ TEXTS = {
 """What the fingerprint check of assignment 04 says (:mod:`transformer_lm.verdict_texts`)."""
 
 STORED = Path(__file__).parent / "data" / "visible_checks.safetensors"
-"""The stored visible checks, made by ``python -m transformer_lm.make_test_values``."""
+"""The stored visible checks, made by ``python -m transformer_lm.instructor.make_test_values``."""
 
 
 @functools.cache
@@ -45,7 +45,7 @@ def stored_checks() -> dict:
     """The stored groups of checks and the minGPT exercise's fingerprints, read once."""
     if not STORED.exists():
         raise CheckFailed(f"The course's stored check values are missing ({STORED}). Install the course's package "
-                          "again; an instructor makes them with: python -m transformer_lm.make_test_values")
+                          "again; an instructor makes them with: python -m transformer_lm.instructor.make_test_values")
     return stored.load(STORED)
 
 

@@ -3,7 +3,7 @@ sliding-window mask, the size of a KV cache, the positions and mask of a left-pa
 the tokens of padded generation.
 
 Each is data (what the reference gave, and what catalogued mistakes give, on the check's inputs):
-:mod:`transformer_lm.decoder_kinds` makes them with the reference, and :mod:`transformer_lm.stored`
+:mod:`transformer_lm.instructor.decoder_kinds` makes them with the reference, and :mod:`transformer_lm.stored`
 keeps them for the visible checks.
 """
 

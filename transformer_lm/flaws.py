@@ -1,7 +1,7 @@
 """The flaws that make each catalogued mistake: which step of a computation goes wrong, as a flag.
 
 Each dataclass below holds the switches of one family of deliberately breakable twins of the
-reference (:mod:`transformer_lm.mistakes`); its defaults are all correct. A
+reference (:mod:`transformer_lm.instructor.mistakes`); its defaults are all correct. A
 :class:`~transformer_lm.catalog.Mistake` names one setting of them, so that the catalogue's words
 and what the mistake computes cannot drift apart.
 """

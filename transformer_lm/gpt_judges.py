@@ -1,7 +1,7 @@
 """Judges of assignment 04's GPT: its loss, the tokens it generates and the tokens it samples.
 
 Each is data (what the reference gave, and what each catalogued mistake gives, on the check's
-inputs) with a ``__call__`` that judges a probe's record: :mod:`transformer_lm.kinds` makes them
+inputs) with a ``__call__`` that judges a probe's record: :mod:`transformer_lm.instructor.kinds` makes them
 with the reference, and :mod:`transformer_lm.stored` keeps them for the visible checks.
 """
 
@@ -62,7 +62,7 @@ TEXTS = {
     "cached": "the logits with the cache",
 }
 """What the checks of the GPT's loss, of its generated tokens and of its sampled tokens say
-(:mod:`transformer_lm.verdict_texts`); :mod:`transformer_lm.gpt_kinds` takes its own from here too."""
+(:mod:`transformer_lm.verdict_texts`); :mod:`transformer_lm.instructor.gpt_kinds` takes its own from here too."""
 
 
 def frequency_misfit(frequencies: torch.Tensor, probabilities: torch.Tensor, draws: int) -> tuple[int, int] | None:

@@ -4,7 +4,7 @@ Two small pieces, with no JavaScript to build:
 
 - an nbconvert exporter, ``check_with_grader`` (an entry point of ``nbconvert.exporters``), so
   that JupyterLab lists it under File > Save and Export Notebook As (as *Check_with_grader*) and
-  a toolbar button can name it (see the README); JupyterLab saves the notebook, then opens
+  a toolbar button can name it (see docs/service.md); JupyterLab saves the notebook, then opens
   ``nbconvert/check_with_grader/<path>`` of the student's own Jupyter server in a new tab;
 - a Jupyter server extension (enabled by ``jupyter-config/transformer_lm.json``, which installing
   the package puts in place) whose handler answers that address: it sends the saved notebook to
@@ -13,7 +13,7 @@ Two small pieces, with no JavaScript to build:
   nbconvert, the page would arrive as a download.)
 
 The service's address, as the student's server reaches it, is in the environment variable
-``COURSE_CHECK_URL`` (the Hub's ``c.Spawner.environment``; see the README). Nothing here grades:
+``COURSE_CHECK_URL`` (the Hub's ``c.Spawner.environment``; see docs/service.md). Nothing here grades:
 the hidden checks run only in the service.
 """
 

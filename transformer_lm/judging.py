@@ -3,7 +3,7 @@
 Tolerance policy (float32, the same everywhere): ``|got - expected| <= ATOL + RTOL * |expected|``
 element-wise, for outputs and for gradients. Shapes are compared first, then values, then
 gradients. When an answer is wrong, :func:`identify_mistake` compares it with the records that
-the catalogued mistakes give on the same inputs (:mod:`transformer_lm.mistakes` computes them),
+the catalogued mistakes give on the same inputs (:mod:`transformer_lm.instructor.mistakes` computes them),
 so that the message can name the mistake (:mod:`transformer_lm.catalog`). Visible checks in the
 student's kernel and the grader's trusted process judge with these same functions; only the grader hides expected values (``values=False``).
 """

@@ -1,6 +1,6 @@
 """A check made concrete: the probe call to make and how to judge what comes back.
 
-A kind of check (:mod:`transformer_lm.kinds`) prepares a :class:`Prepared` from a random generator
+A kind of check (:mod:`transformer_lm.instructor.kinds`) prepares a :class:`Prepared` from a random generator
 with the reference; what it holds is then plain data and pure functions of it, which need no
 reference: the visible checks can store it (:mod:`transformer_lm.stored`) and judge against the
 stored values, and the grader judges a hidden run's record with it.

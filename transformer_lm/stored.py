@@ -1,7 +1,7 @@
 """Prepared checks kept as stored values, so that a visible check can judge without the reference.
 
 The instructor's side prepares each visible check with the reference and stores it with
-:func:`save` (:mod:`transformer_lm.make_test_values` does, for the notebooks): the probe call, its
+:func:`save` (:mod:`transformer_lm.instructor.make_test_values` does, for the notebooks): the probe call, its
 input tensors, the expected record and each catalogued mistake's record on the same inputs. A
 student's kernel loads them with :func:`load` and judges the student's answer against those values
 alone, naming a mistake by its record, as the original homework's ``test_values`` did for outputs.
@@ -38,7 +38,8 @@ reference) and the sizes they hold."""
 
 STUDENTS_CATALOGUE = frozenset(mistake.name for mistake in catalog.CATALOG)
 """The mistakes students' copy of :mod:`transformer_lm.catalog` names; a stored check names any other
-(one a concept's :class:`~transformer_lm.mistake_family.MistakeFamily` registered) with its title and hint."""
+(one a concept's :class:`~transformer_lm.instructor.mistake_family.MistakeFamily` registered) with its title and
+hint."""
 
 TENSOR, MISTAKE, PROBE, TUPLE, PAIRS, DATACLASS = ("__tensor__", "__mistake__", "__probe__", "__tuple__",
                                                    "__pairs__", "__dataclass__")

@@ -13,7 +13,7 @@ student's own call, so the judgement rests on what ran and not on what the code 
 * after the forward of the autograd Function, nothing kept alive but what q, k, v, the output
   and the log-sum-exp take (:func:`kept_problem`).
 
-The judges are data: :mod:`transformer_lm.tiled_kinds` makes them with the reference, and
+The judges are data: :mod:`transformer_lm.instructor.tiled_kinds` makes them with the reference, and
 :mod:`transformer_lm.stored` keeps them for the visible checks.
 """
 
@@ -95,7 +95,7 @@ TEXTS = {
     "capped_passed": "Correct: at T={seq_q:number} the call fits under the memory cap, with the right values.",
 }
 """What the judges and checks of attention computed tile by tile say (:mod:`transformer_lm.verdict_texts`),
-:mod:`transformer_lm.tiled_kinds`' included."""
+:mod:`transformer_lm.instructor.tiled_kinds`' included."""
 
 
 @dataclass(frozen=True, kw_only=True)

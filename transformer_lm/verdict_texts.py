@@ -3,7 +3,7 @@
 
 Every word a check says of an answer is one of these templates (a text may be several of them,
 one after the other), so that the grader can hold an item's text to the closed catalogue
-(:mod:`autograder.messages`) before a student reads it: a text that is not made of templates, or
+(:mod:`autograder.reading.messages`) before a student reads it: a text that is not made of templates, or
 whose slots hold what their kind does not allow, could carry words a run chose. A slot is written
 ``{name:kind}``; the kinds:
 
@@ -17,7 +17,7 @@ whose slots hold what their kind does not allow, could carry words a run chose. 
 * ``exception``: the name of one of Python's own exceptions;
 * ``text``: another template of the catalogue, rendered (``nothing``, ``shape (2, 3)``).
 
-The grader reads a text against the catalogue in :mod:`autograder.feedback_texts`: a slot that
+The grader reads a text against the catalogue in :mod:`autograder.recording.feedback_texts`: a slot that
 holds words (``call``, ``label``, ``text``) may hold only the course's own, those its checks hold.
 """
 

@@ -7,20 +7,14 @@ module in eval mode. Inputs come from the course's secret seed.
 
 import torch
 
-from autograder.spec import Item
-from transformer_lm import adapters
-from transformer_lm.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
-from transformer_lm.cases import AttentionCase
+from autograder.reading.spec import Item
+from transformer_lm.instructor import adapters
+from transformer_lm.instructor.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
+from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.judging import Verdict
 from transformer_lm.verdict_texts import render
-from transformer_lm.kinds import (
-    AttentionCheck,
-    CallCheck,
-    FactoryCheck,
-    RaisesCheck,
-    TransferCheck,
-)
+from transformer_lm.instructor.kinds import (AttentionCheck, CallCheck, FactoryCheck, RaisesCheck, TransferCheck)
 
 
 def scores_vectors(generator, rows, width, scale=1.0):

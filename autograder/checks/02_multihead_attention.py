@@ -11,16 +11,16 @@ Three items grade the one ``MultiHeadSelfAttention`` answer cell, each its own s
 003's rubric splits them: the scores item judges the attention weights without a mask, the mask
 item the weights under the causal mask, and the output item the output and every gradient (with
 dropout in eval mode) plus the ``ValueError``. A mistake in the weights that the output shows too
-is charged once, to the item of its step (:mod:`autograder.spec`). The PEP 8
+is charged once, to the item of its step (:mod:`autograder.reading.spec`). The PEP 8
 deduction of each task comes off its first ``forward`` item: ``self_attention_forward`` and
 ``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
 """
 
-from autograder.spec import Item
-from transformer_lm import adapters
-from transformer_lm.cases import AttentionCase
+from autograder.reading.spec import Item
+from transformer_lm.instructor import adapters
+from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.kinds import AttentionCheck, ParametersCheck, RaisesCheck
+from transformer_lm.instructor.kinds import AttentionCheck, ParametersCheck, RaisesCheck
 
 SA = adapters.SELF_ATTENTION
 MHA = adapters.MULTI_HEAD_SELF_ATTENTION

@@ -9,17 +9,12 @@ seed; no mask ever blocks a whole row (the notebook does not ask for that case).
 
 import torch
 
-from autograder.spec import Item
-from transformer_lm import adapters, reference
-from transformer_lm.cases import AttentionCase, BlockCase
+from autograder.reading.spec import Item
+from transformer_lm.instructor import adapters, reference
+from transformer_lm.instructor.cases import AttentionCase, BlockCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.kinds import (
-    AttentionCheck,
-    CallCheck,
-    DecoderLoadCheck,
-    MultiheadLoadCheck,
-)
-from transformer_lm.mistakes import ATTENTION_FUNCTION_MISTAKES
+from transformer_lm.instructor.kinds import (AttentionCheck, CallCheck, DecoderLoadCheck, MultiheadLoadCheck)
+from transformer_lm.instructor.mistakes import ATTENTION_FUNCTION_MISTAKES
 
 
 def reference_attention(q, k, v, attn_mask=None):

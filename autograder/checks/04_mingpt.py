@@ -13,19 +13,19 @@ sequence run at once. ``sample_next_token`` draws thousands of tokens from rando
 whose frequencies must follow the reference's distribution. Generation is greedy (``top_k=1``) against the
 reference, with prompts longer than ``block_size`` (cropping) and generations that outgrow it
 (the cache must restart), under weights whose greedy tokens depend on the context (see
-:class:`transformer_lm.gpt_kinds.GenerateCheck`). Inputs come from the course's secret seed.
+:class:`transformer_lm.instructor.gpt_kinds.GenerateCheck`). Inputs come from the course's secret seed.
 """
 
 from dataclasses import asdict
 
 import torch
 
-from autograder.spec import Item
-from transformer_lm import adapters, reference
-from transformer_lm.cases import AttentionCase
+from autograder.reading.spec import Item
+from transformer_lm.instructor import adapters, reference
+from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, SamplingCheck
-from transformer_lm.kinds import AttentionCheck, ModuleCheck
+from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, SamplingCheck
+from transformer_lm.instructor.kinds import AttentionCheck, ModuleCheck
 
 
 def config(**sizes) -> dict:

@@ -11,17 +11,17 @@ whose memory the kernel caps at 48 MiB more than it held before its first cell; 
 needs a few MiB, and the values are judged here. Work: one key block, drawn from the secret, is
 made NaN in k and v, and the rows of the query blocks before it must come out clean and right (a
 call that computes the tiles the causal mask hides, and masks them, makes them NaN). A trace of
-the student's own call at T=96 (:mod:`transformer_lm.tiled_kinds`) only explains: when an item
+the student's own call at T=96 (:mod:`transformer_lm.instructor.tiled_kinds`) only explains: when an item
 fails, it names the line's mistake (a tensor of T x T numbers, a reduction over a whole row, a
 block too many, what the forward keeps for the backward). Inputs come from the course's secret
 seed.
 """
 
-from autograder.spec import Explains, Item
+from autograder.reading.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
-from transformer_lm.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
-                                        FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck, OnlineSoftmaxCheck,
-                                        SkippedTilesCheck, TileCase)
+from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
+                                                   FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
+                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
 
 TILED = SOFTMAX + LIBRARY_ATTENTION
 

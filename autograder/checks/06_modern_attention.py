@@ -1,6 +1,6 @@
 """Hidden checks of assignment 06 (attention in today's decoders).
 
-Against the reference (:mod:`transformer_lm.decoder_kinds`), on sizes and positions the notebook
+Against the reference (:mod:`transformer_lm.instructor.decoder_kinds`), on sizes and positions the notebook
 never shows: rotary embeddings at positions that start late (as after a cache), one row of
 positions per sequence (as with left padding) and other bases; grouped-query attention with one,
 some and as many key/value heads as query heads, a sliding window and a single token, its weights
@@ -11,9 +11,9 @@ redrawn until every catalogued mistake changes them); the size of a KV cache in 
 Inputs and weights come from the course's secret seed.
 """
 
-from autograder.spec import Item
-from transformer_lm.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck, PaddingCheck,
-                                          RopeCheck, WindowMaskCheck)
+from autograder.reading.spec import Item
+from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
+                                                     PaddingCheck, RopeCheck, WindowMaskCheck)
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 
 SMALL = (("vocab_size", 11), ("d_model", 24), ("n_layers", 2), ("n_heads", 6), ("n_kv_heads", 2), ("ff_dim", 32))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from tornado.httputil import HTTPInputError, parse_body_arguments
 
-from autograder.cells import grade_ids
-from autograder.course import Course
-from autograder.notebook_data import loads, parse_notebook, read_notebook, shown
+from autograder.reading.cells import grade_ids
+from autograder.reading.course import Course
+from autograder.reading.notebook_data import loads, parse_notebook, read_notebook, shown
 from autograder.service.store import MAX_FILENAME
 
 MiB = 2**20

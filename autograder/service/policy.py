@@ -21,8 +21,8 @@ from pathlib import Path
 from traitlets import Dict, Int, Unicode
 from traitlets.config import Configurable
 
-from autograder.config import CONFIG_FILE, read_config
-from autograder.errors import GradingError
+from autograder.reading.config import CONFIG_FILE, read_config
+from autograder.reading.errors import GradingError
 
 SHOWN = ("status", "hint")
 

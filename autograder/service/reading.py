@@ -29,8 +29,8 @@ from pathlib import Path
 
 from pebble import ProcessExpired, ProcessPool
 
-from autograder.config import Autograder
-from autograder.course import Course
+from autograder.reading.config import Autograder
+from autograder.reading.course import Course
 from autograder.service.intake import DEFAULT_NAME, MiB, Sent, read_post
 
 READERS = 2

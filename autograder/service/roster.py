@@ -8,7 +8,7 @@ username, as nbgrader's own JupyterHub setup has it.
 The roster is read again when it is older than :data:`FRESH_SECONDS`, so that a student added
 while the service runs gets in within seconds, without a restart, and a student removed loses
 checks as soon; between reads, requests are answered from the last one. A read opens the
-gradebook as the grader does (:func:`autograder.record.gradebook`) in a thread, so that the
+gradebook as the grader does (:func:`autograder.recording.record.gradebook`) in a thread, so that the
 event loop never waits on the database, and requests that come during a read share it.
 """
 
@@ -20,8 +20,8 @@ import time
 
 from tornado import web
 
-from autograder.course import Course
-from autograder.record import gradebook
+from autograder.reading.course import Course
+from autograder.recording.record import gradebook
 
 FRESH_SECONDS = 5.0
 

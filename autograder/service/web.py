@@ -41,10 +41,10 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import ioloop, web
 
-from autograder import pipeline
-from autograder.course import Course
-from autograder.errors import GradingError
-from autograder.feedback import PAGES
+from autograder.recording import pipeline
+from autograder.reading.course import Course
+from autograder.reading.errors import GradingError
+from autograder.recording.feedback import PAGES
 from autograder.service import intake
 from autograder.service.body import Body, clear_left
 from autograder.service.intake import MiB, Sent
@@ -359,7 +359,7 @@ def serve(root: Path) -> None:
     if not url or not prefix or not os.environ.get("JUPYTERHUB_API_TOKEN"):
         raise GradingError("autograder serve runs as a JupyterHub service, which sets JUPYTERHUB_SERVICE_URL, "
                            "JUPYTERHUB_SERVICE_PREFIX and JUPYTERHUB_API_TOKEN: list it in jupyterhub_config.py "
-                           "(see the README, 'Checks before the deadline').")
+                           "(see docs/service.md, 'Checks before the deadline').")
     logging.basicConfig(level=logging.INFO, format="[autograder serve %(asctime)s] %(message)s")
     app = make_app(root, prefix, cookie_secret(root))
     service = app.settings["service"]

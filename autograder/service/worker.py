@@ -1,7 +1,7 @@
 """A worker process of the grading service: claims requests and grades them in a warm sandbox.
 
 Each request is graded as ``autograder grade`` grades a submitted notebook (preflight, a run in
-the sandbox, the trusted comparison: :func:`autograder.grading.grade_notebook`), with a sandbox
+the sandbox, the trusted comparison: :func:`autograder.judging.grading.grade_notebook`), with a sandbox
 that stays warm between requests. The result goes into the store; nothing goes into the
 gradebook, since a check is not a submission. A grader error (never a student's mistake, which
 grading turns into an item's status) is logged with the request's id and student, gives the
@@ -25,11 +25,14 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder import grading, messages, pipeline, runner
-from autograder.assignment import Assignment
-from autograder.course import Course
-from autograder.course import checks_version
-from autograder.errors import GradingError
+from autograder.judging import grading
+from autograder.reading import messages
+from autograder.recording import pipeline
+from autograder.running import runner
+from autograder.reading.assignment import Assignment
+from autograder.reading.course import Course
+from autograder.reading.course import checks_version
+from autograder.reading.errors import GradingError
 from autograder.service.policy import Policies
 from autograder.service.store import Request, Store
 from autograder.service.supervisor import give_back
@@ -60,7 +63,7 @@ class Assignments:
 
 def grade_request(assignments: Assignments, request: Request, sandbox: runner.Worker) -> dict:
     """The result of one request: its notebook's items as the feedback pages hold them, each with
-    what a student may read of its text before the deadline (``public``: :mod:`autograder.messages`),
+    what a student may read of its text before the deadline (``public``: :mod:`autograder.reading.messages`),
     and the notes preflight made (a repaired cell id, a flagged pattern)."""
     assignment = assignments.get(request.assignment)
     with tempfile.TemporaryDirectory(prefix="check-") as folder:

@@ -4,7 +4,7 @@ A probe is the *untrusted* half of a check. It runs in two places: inside the gr
 sandbox, where only torch and ``transformer_lm/sandboxed`` are importable, and in the
 student's own kernel for the visible checks. It therefore imports nothing but torch, and it
 judges nothing: it only builds, loads, calls and records. The trusted half
-(:mod:`transformer_lm.kinds`) compares the records with the reference.
+(:mod:`transformer_lm.instructor.kinds`) compares the records with the reference.
 
 How a call travels to a probe is :mod:`transformer_lm.sandboxed.wire`; what every probe does with
 a student's object around the call is :mod:`transformer_lm.sandboxed.student_objects`; the traces

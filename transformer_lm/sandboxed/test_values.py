@@ -3,7 +3,7 @@
 ``SelfAttentionTestValues`` and ``MultiHeadAttentionTestValues`` hold an input ``x`` of shape
 (3, 5, 7), weights and biases for ``hidden=9`` (and 3 heads), and the expected ``output``
 (and ``output_causal``). They are loaded from a file that ``python -m
-transformer_lm.make_test_values`` makes from a fixed seed; this module imports nothing else
+transformer_lm.instructor.make_test_values`` makes from a fixed seed; this module imports nothing else
 of the package, so it also works inside the grading sandbox.
 """
 

@@ -1,5 +1,5 @@
 """Audit bank of assignment 01: each item's catalogued mistakes, and correct answers written
-another way (see autograder/audit.py)."""
+another way (see autograder/commands/audit.py)."""
 
 SOFTMAX = "torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)"
 MASK_SCORES = 'scores = scores.masked_fill(future, float("-inf"))'

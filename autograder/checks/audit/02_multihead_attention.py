@@ -1,5 +1,5 @@
 """Audit bank of assignment 02: each item's catalogued mistakes, and correct answers written
-another way (see autograder/audit.py).
+another way (see autograder/commands/audit.py).
 
 Two answer cells carry five items: ``self_attention`` (``self_attention_init`` and
 ``self_attention_forward``) and ``multihead_self_attention`` (``mha_scores``, task 2.1, with the

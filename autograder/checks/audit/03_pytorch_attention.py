@@ -1,5 +1,5 @@
 """Audit bank of assignment 03: each item's catalogued mistakes, and correct answers written
-another way (see autograder/audit.py).
+another way (see autograder/commands/audit.py).
 
 A mistake sits in the item whose own code makes it. SelfAttentionHead and
 MultiheadedSelfAttention call the student's my_attention in the solution; their scoring

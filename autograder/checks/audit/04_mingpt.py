@@ -1,5 +1,5 @@
 """Audit bank of assignment 04 (minGPT): each item's catalogued mistakes, and correct answers
-written another way (see autograder/audit.py).
+written another way (see autograder/commands/audit.py).
 
 The attention layer has the catalogue's attention mistakes; the model has positions that start
 at 0 again after the KV cache; generation has the sampling mistakes (no draw, the temperature

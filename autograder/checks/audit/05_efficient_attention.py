@@ -1,5 +1,5 @@
 """Audit bank of assignment 05 (attention that fits in memory): each item's catalogued mistakes,
-and correct answers written another way (see autograder/audit.py).
+and correct answers written another way (see autograder/commands/audit.py).
 
 Three answer cells carry six items: ``online_softmax`` (``merge_stats`` and ``online_softmax``);
 ``flash_forward`` (its values, ``flash_memory`` and ``causal_skipping``); ``flash_backward`` (the

@@ -1,5 +1,5 @@
 """Audit bank of assignment 06 (attention in today's decoders): each item's catalogued mistakes,
-and correct answers written another way (see autograder/audit.py).
+and correct answers written another way (see autograder/commands/audit.py).
 
 The attention layer builds on ``apply_rope`` and ``sliding_window_mask``, and padded generation on
 the layer, so a mutant of an earlier answer must cost its own item only. Counting positions from

@@ -3,13 +3,13 @@
 When an answer is wrong, an item that only builds on it (the wrapper on ``CausalAttention``,
 the weight transfer on both ``SelfAttention`` classes) is graded with these in its place, so
 that one mistake costs points once. They run in the sandbox, after every check of the
-student's own code, and only there (see :mod:`autograder.harness`).
+student's own code, and only there (see :mod:`autograder.running.harness`).
 """
 
 import torch
 from torch import nn
 
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 
 
 def _attend(q, k, v, allowed, dropout: nn.Dropout):

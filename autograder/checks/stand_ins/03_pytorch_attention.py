@@ -1,12 +1,12 @@
 """The course's ``my_attention`` and ``MultiheadedSelfAttention`` of assignment 03, in the
 assignment's API, built on the reference: the later items that build on them are graded with
 these in place of a wrong answer, so that one mistake costs points once (see
-:mod:`autograder.harness`)."""
+:mod:`autograder.running.harness`)."""
 
 import torch
 from torch import nn
 
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 
 
 def my_attention(q, k, v, attn_mask=None):

@@ -1,7 +1,7 @@
 """The course's minGPT of assignment 04, in the notebook's API (a KV cache is a dict per block
 with ``"k"`` and ``"v"``), built on the reference: an item that builds on a wrong earlier
 answer (the block on the attention, GPT on the block, generation on GPT) is graded with these
-in its place, so that one mistake costs points once (see :mod:`autograder.harness`).
+in its place, so that one mistake costs points once (see :mod:`autograder.running.harness`).
 
 Names a student's code looks up when it runs (``generate_tokens``, ``generate_with_cache``,
 ``MultiHeadSelfAttention`` inside ``Block``) resolve to the student's own unless the grader
@@ -11,7 +11,7 @@ stands in for them too.
 import torch
 from torch import nn
 
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 
 
 class MultiHeadSelfAttention(reference.MultiHeadSelfAttention):

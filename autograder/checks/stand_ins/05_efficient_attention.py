@@ -1,8 +1,8 @@
 """The course's answers of assignment 05 in the notebook's API, built on the reference: the tiled
 forward builds on the online softmax's ``merge_stats``, and the autograd Function on
-``flash_forward``, so that one mistake costs points once (see :mod:`autograder.harness`)."""
+``flash_forward``, so that one mistake costs points once (see :mod:`autograder.running.harness`)."""
 
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 
 
 def merge_stats(max_a, sum_a, max_b, sum_b):

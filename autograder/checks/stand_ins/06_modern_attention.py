@@ -1,8 +1,8 @@
 """The course's answers of assignment 06 in the notebook's API, built on the reference: the
 attention layer builds on ``apply_rope`` and ``sliding_window_mask``, padded generation on the
-layer, so that one mistake costs points once (see :mod:`autograder.harness`)."""
+layer, so that one mistake costs points once (see :mod:`autograder.running.harness`)."""
 
-from transformer_lm import reference
+from transformer_lm.instructor import reference
 
 
 def apply_rope(x, positions, base=10000.0):

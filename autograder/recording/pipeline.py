@@ -1,0 +1,169 @@
+"""Grading a class, then recording it: the one entry point of the library.
+
+The command line, the demo, nbgrader's autograde hook and the tests all call
+:func:`grade_and_record` (or its halves, :func:`grade` and :func:`record_class`), so every
+way of grading produces the same files: a JSON report per submission, the autograded notebooks,
+feedback pages, the gradebook's scores and ``grades.csv``. Nothing here prints; the caller
+shows what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.recording import feedback, record
+from autograder.running import sandbox
+from autograder.reading.assignment import Assignment
+from autograder.reading.cells import answer_cells
+from autograder.reading.course import Course, checks_version
+from autograder.reading.errors import GradingError
+from autograder.reading.faults import costs_one, log_fault
+from autograder.judging.grading import grade_class
+from autograder.reading.notebook_data import read_notebook
+from autograder.reading.preflight import Preflight
+from autograder.recording.regrade import Regrade, compare, out_of_date, write_changes_csv
+from autograder.reading.results import SubmissionResult, load_results, write_report
+
+
+NO_PAGES = "the student's feedback pages were not written. Give them their results from the report"
+"""What ``autograder feedback`` does instead of a student's pages on which the grader faults, as its note says."""
+
+
+@dataclass
+class ClassGrades:
+    """What a grading run did: the results in student order, the sandbox it used, and where
+    they were recorded (``grades_csv`` is None for a shard, which the merge records)."""
+
+    assignment: str
+    results: list[SubmissionResult]
+    isolation: str = ""
+    grades_csv: Path | None = None
+
+
+def isolation_for(course: Course) -> sandbox.Isolation:
+    """The sandbox student code runs in; without bubblewrap, only where the course's settings
+    say that a container is the wall (``unsafe_no_sandbox``)."""
+    isolation = sandbox.detect_isolation()
+    if isolation.name == "none" and not course.settings.unsafe_no_sandbox:
+        raise GradingError(f"Refusing to run student code without a sandbox: {isolation.detail}\n"
+                           "Install bubblewrap (sudo apt-get install bubblewrap), or, inside a container that is "
+                           "itself the wall, pass --unsafe-no-sandbox.")
+    return isolation
+
+
+def grade(course: Course, assignment: Assignment, students: list[str], isolation: sandbox.Isolation,
+          progress: Callable[[str], None] | None = None) -> list[tuple[SubmissionResult, dict[str, Preflight]]]:
+    """Grades ``students`` and writes what belongs to each of them alone: the JSON report,
+    the autograded notebooks and the feedback pages (so that shards never write the same file)."""
+    graded = grade_class(course, assignment, students, isolation, progress)
+    marked = record.markings(course, assignment.name)
+    for result, pres in graded:
+        try:
+            record.write_autograded(course, result, pres, assignment.release)
+            answers = {nb: answer_cells(pre.notebook["cells"]) if pre.notebook else [] for nb, pre in pres.items()}
+            feedback.write_feedback(course, result, answers, marked.get(result.student))
+        except Exception as error:  # noqa: BLE001 - the grader's own fault costs this student's pages, not the class
+            result.flags.append(log_fault(course.reports(assignment.name), result.student,
+                                          "writing the autograded notebook and feedback", error))
+        write_report(course, result)
+    return graded
+
+
+def record_class(course: Course, assignment: str, results: list[SubmissionResult]) -> Path:
+    """Writes the scores into nbgrader's gradebook and ``grades.csv``; returns the CSV's path."""
+    record.ensure_assignment_in_gradebook(course, assignment)
+    for result in results:
+        record.record_in_gradebook(course, result)
+    return record.write_grades_csv(course, assignment)
+
+
+def grade_and_record(course: Course, assignment: str, students: list[str] | None = None,
+                     shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+                     announce: Callable[[str, int], None] | None = None) -> ClassGrades:
+    """Grades the submissions of ``assignment`` (every student in ``submitted/``, or
+    ``students``; with ``shard=(i, N)`` every N-th of them from the i-th) and records them.
+    A shard leaves the gradebook to :func:`merge`. Once everything is ready, ``announce`` hears
+    the sandbox in use and how many submissions are to be graded; ``progress`` hears each
+    student whose submission is done."""
+    isolation = isolation_for(course)
+    with course.grading_lock(assignment, shard):
+        prepared = Assignment.load(course, assignment)
+        if not shard:  # hand grades are read from it; shards leave the gradebook to the merge
+            record.ensure_assignment_in_gradebook(course, assignment)
+        chosen = students or course.students(assignment)
+        if shard:
+            index, count = shard
+            chosen = chosen[index::count]
+        if announce:
+            announce(f"Isolation: {isolation.name}: {isolation.detail}" if isolation.name != "none" else
+                     f"WARNING: no sandbox ({isolation.detail}); student code runs with only process limits.",
+                     len(chosen))
+        results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
+        grades = ClassGrades(assignment, results, isolation.name)
+        if results and not shard:
+            grades.grades_csv = record_class(course, assignment, results)
+        return grades
+
+
+def regrade(course: Course, assignment: str, students: list[str] | None = None,
+            progress: Callable[[str], None] | None = None,
+            announce: Callable[[str, int], None] | None = None) -> tuple[ClassGrades, Regrade]:
+    """Grades and records again the submissions (of ``students``, or all) whose report was graded
+    with other hidden checks than the current ones, or has none, and writes ``changes.csv``:
+    the items whose score or status changed. Current reports are left as they are."""
+    version = checks_version(course, assignment)
+    old = {result.student: result for result in load_results(course, assignment)}
+    candidates = students or course.students(assignment)
+    stale = out_of_date(candidates, old, version)
+    if not stale:
+        return ClassGrades(assignment, []), compare(version, candidates, old, [])
+    grades = grade_and_record(course, assignment, stale, progress=progress, announce=announce)
+    outcome = compare(version, candidates, old, grades.results)
+    outcome.changes_csv = write_changes_csv(course.reports(assignment) / "changes.csv", outcome.changes)
+    return grades, outcome
+
+
+def merge(course: Course, assignment: str) -> ClassGrades:
+    """Records every graded shard's reports in the gradebook and ``grades.csv``."""
+    results = load_results(course, assignment)
+    if not results:
+        raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
+                           f"`autograder grade {assignment} --shard i/N` for each shard first.")
+    return ClassGrades(assignment, results, results[0].isolation, record_class(course, assignment, results))
+
+
+def write_class_feedback(course: Course, assignment: str) -> tuple[list[Path], list[str]]:
+    """Feedback pages again from the last grading (its reports and autograded notebooks) and the
+    hand grades and comments that TAs have recorded in formgrader since: the one command that
+    makes students' feedback (in place of ``nbgrader generate_feedback``). Returns the pages, and notes
+    on the pages that show no code or were not written: a fault of the grader costs one student's pages."""
+    results = load_results(course, assignment)
+    if not results:
+        raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
+                           f"`autograder grade {assignment}` first.")
+    marked = record.markings(course, assignment)
+    pages: list[Path] = []
+    notes: list[str] = []
+    for result in results:
+        with costs_one(course.reports(assignment), result.student, "writing the feedback pages", NO_PAGES, notes):
+            answers = graded_answers(course, result, notes)
+            pages += feedback.write_feedback(course, result, answers, marked.get(result.student))
+    return pages, notes
+
+
+def graded_answers(course: Course, result: SubmissionResult, notes: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The answer cells of each notebook of ``result``, from its autograded copy, read as untrusted data:
+    nbgrader's own autograde copies the submission there as it is. A copy that is missing gives no code,
+    and so does one that cannot be read, with a note."""
+    folder = course.root / "autograded" / result.student / result.assignment
+    answers = {}
+    for notebook in dict.fromkeys(item.notebook for item in result.items):
+        path = folder / f"{notebook}.ipynb"
+        data, problem = read_notebook(path) if path.exists() else ({"cells": []}, None)
+        if problem:
+            notes.append(f"{result.student}: the feedback page of {notebook} shows no code: "
+                         f"{path.relative_to(course.root)} could not be read ({problem})")
+        answers[notebook] = answer_cells(data["cells"]) if data else []
+    return answers

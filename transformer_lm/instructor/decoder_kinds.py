@@ -1,0 +1,252 @@
+"""Kinds of check for the attention of today's decoders (assignment 06): rotary position
+embeddings, grouped-query attention (with a sliding window), sliding-window masks, and the size
+of a KV cache.
+
+Each works as the kinds of :mod:`transformer_lm.instructor.kinds` do (the visible checks prepare it from a
+fixed seed, the grader from the course's secret), against :mod:`transformer_lm.instructor.reference`, and
+names the catalogued mistakes of :data:`transformer_lm.catalog.DECODER` by their twins. Positions
+never start at 0 unless a case says so: a cache or left padding moves them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+import torch
+
+from transformer_lm import catalog
+from transformer_lm.instructor import mistakes
+from transformer_lm.instructor import reference
+from transformer_lm.random_weights import randomize
+from transformer_lm.decoder_judges import BytesJudge, MaskJudge, PaddedTokensJudge, PaddingJudge
+from transformer_lm.judging import RecordJudge
+from transformer_lm.instructor.kinds import function_check, module_case
+from transformer_lm.prepared import Prepared, ProbeCall
+from transformer_lm.sandboxed import probes
+
+
+def positions_for(batch: int, seq: int, start: int, per_sequence: bool) -> torch.Tensor:
+    """``start .. start + seq - 1`` for every sequence ``(seq,)``, or, ``per_sequence``, each
+    sequence ``b`` starting ``b`` positions later ``(batch, seq)``."""
+    shared = torch.arange(start, start + seq)
+    return shared + torch.arange(batch).unsqueeze(-1) if per_sequence else shared
+
+
+@dataclass(frozen=True)
+class RopeCheck:
+    """``object(x, positions, base=...)`` rotates ``x`` ``(batch, heads, seq, head_dim)`` as
+    :func:`reference.apply_rope` does: values and the gradient of ``x``."""
+
+    object: str
+    _: KW_ONLY
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    start: int = 0
+    per_sequence: bool = False
+    base: float = 10000.0
+
+    @property
+    def call(self) -> str:
+        """What the check calls, in the notebook's words: said before a failure (an error included)."""
+        positions = (f"positions of shape ({self.batch}, {self.seq}), one row per sequence as with left padding "
+                     "(cos and sin then need the heads' dimension: (B, 1, T, d))") if self.per_sequence \
+            else f"positions {self.start} to {self.start + self.seq - 1}"
+        return (f"{self.object}(x of shape (B={self.batch}, H={self.heads}, T={self.seq}, d={self.head_dim}), "
+                f"{positions}, base={self.base:g})")
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        x = torch.randn(self.batch, self.heads, self.seq, self.head_dim, generator=generator)
+        inputs = {"x": x, "positions": positions_for(self.batch, self.seq, self.start, self.per_sequence)}
+        candidates = {m: {"output": mistakes.flawed_apply_rope(x, inputs["positions"], self.base, m.flaws)}
+                      for m in catalog.decoder_mistakes("rope")}
+        return function_check(self.object, lambda x, positions: reference.apply_rope(x, positions, self.base), inputs,
+                              torch.randn(x.shape, generator=generator), candidates, {"base": self.base})
+
+
+@dataclass(frozen=True)
+class GroupedQueryCheck:
+    """The student's ``object(d_model, n_heads, n_kv_heads, rope_base=..., window=...)`` with the
+    reference's random weights loaded by name (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``),
+    called as ``forward(x, positions)`` (with ``padded``, ``forward(x, positions, attn_mask)`` for a
+    left-padded batch, whose pad queries see no key): the output, the cache it returns and every
+    gradient, naming the mistakes of rotary embeddings, of sharing key/value heads, of rows with no
+    key and (with ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
+
+    object: str
+    _: KW_ONLY
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    batch: int
+    seq: int
+    start: int = 0
+    base: float = 10000.0
+    window: int | None = None
+    padded: tuple[int, ...] = ()   # prompt lengths: a left-padded batch, with its positions and mask
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        module = randomize(reference.GroupedQueryAttention(self.d_model, self.n_heads, self.n_kv_heads,
+                                                           rope_base=self.base, window=self.window), generator)
+        x = torch.randn(self.batch, self.seq, self.d_model, generator=generator)
+        positions = positions_for(self.batch, self.seq, self.start, False)
+        mask, revealable = module.causal_mask(self.seq, self.seq), catalog.decoder_mistakes("gqa")
+        inputs = {"x": x, "positions": positions}
+        if self.padded:
+            attention_mask = left_padded_batch(self.padded)
+            positions, mask = reference.padded_inputs(attention_mask, attention_mask.shape[-1])
+            inputs = {"x": x, "positions": positions, "attn_mask": mask}
+            revealable = revealable + catalog.decoder_mistakes("padded_gqa")
+        arguments, expected = module_case(module, inputs, generator, with_cache=True)
+        with torch.no_grad():
+            candidates = {m: {"output": mistakes.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
+                          for m in revealable}
+            if self.window is not None:
+                for mistake in catalog.decoder_mistakes("window"):
+                    wrong = mistakes.flawed_sliding_window_mask(self.seq, self.seq, self.window, mistake.flaws)
+                    candidates[mistake] = {"output": module(x, positions, wrong)[0]}
+        init = {"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads, "rope_base": self.base}
+        if self.window is not None:
+            init["window"] = self.window
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": init, **arguments}),
+                        RecordJudge(expected, candidates, labels=CACHE_LABELS))
+
+
+CACHE_LABELS = {"cache.keys": "the returned cache's keys (the rotated keys of every token so far, before the copy "
+                              "for the groups: (B, n_kv_heads, T_k, head_dim))",
+                "cache.values": "the returned cache's values (the values of every token so far, before the copy "
+                                "for the groups: (B, n_kv_heads, T_k, head_dim))"}
+"""How a failure names the cache a layer returns, ``(output, (k, v))``: what it must hold."""
+
+
+@dataclass(frozen=True)
+class WindowMaskCheck:
+    """``object(query_len, key_len, window)`` is the boolean sliding-window mask of
+    :func:`reference.sliding_window_mask`: causal, at most ``window`` keys, itself included."""
+
+    object: str
+    _: KW_ONLY
+    query_len: int
+    key_len: int
+    window: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        sizes = {"query_len": self.query_len, "key_len": self.key_len, "window": self.window}
+        expected = reference.sliding_window_mask(self.query_len, self.key_len, window=self.window)
+        [off_by_one] = catalog.decoder_mistakes("window")
+        wrong = [reference.sliding_window_mask(self.query_len, self.key_len, window=self.window + step)
+                 for step in (1, -1)]
+        call = f"{self.object}(query_len={self.query_len}, key_len={self.key_len}, window={self.window})"
+
+        return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object}, {"arguments": sizes}),
+                        MaskJudge(call, expected, wrong, off_by_one))
+
+
+@dataclass(frozen=True)
+class CacheBytesCheck:
+    """``object(n_layers, n_kv_heads, head_dim, seq_len, batch, dtype)`` is the size of a KV
+    cache in bytes, :func:`reference.kv_cache_bytes`."""
+
+    object: str
+    _: KW_ONLY
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    seq_len: int
+    batch: int
+    dtype: str = "bfloat16"
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        sizes = {"n_layers": self.n_layers, "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim,
+                 "seq_len": self.seq_len, "batch": self.batch}
+        dtype = getattr(torch, self.dtype)
+        expected = reference.kv_cache_bytes(**sizes, dtype=dtype)
+        call = f"{self.object}({', '.join(f'{k}={v}' for k, v in sizes.items())}, dtype=torch.{self.dtype})"
+
+        return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object},
+                                     {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}),
+                        BytesJudge(call, expected, self.dtype, torch.empty((), dtype=dtype).element_size()))
+
+
+def left_padded_batch(lengths: tuple[int, ...]) -> torch.Tensor:
+    """The attention mask ``(B, max(lengths))`` of prompts of ``lengths``, padded on the left."""
+    return reference.left_pad([[1] * n for n in lengths])[1]
+
+
+@dataclass(frozen=True)
+class PaddingCheck:
+    """``positions_object(attention_mask)`` and ``mask_object(attention_mask, query_len)`` give a
+    left-padded batch's positions and mask as :func:`reference.padded_inputs` does (the mask for
+    the last ``query_len`` tokens)."""
+
+    positions_object: str
+    mask_object: str
+    _: KW_ONLY
+    lengths: tuple[int, ...]
+    query_len: int | None = None
+
+    @property
+    def object(self) -> str:
+        return self.mask_object
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        attention_mask = left_padded_batch(self.lengths)
+        query_len = self.query_len or attention_mask.shape[-1]
+        expected = {"positions": reference.left_padded_positions(attention_mask),
+                    "mask": reference.padded_causal_mask(attention_mask, query_len)}
+        candidates = {m: dict(zip(("positions", "mask"), mistakes.flawed_padding(attention_mask, query_len, m.flaws)))
+                      for m in catalog.decoder_mistakes("padding")}
+        calls = (f"{self.positions_object}(attention_mask) and {self.mask_object}(attention_mask, {query_len}) for "
+                 f"prompts of lengths {list(self.lengths)}")
+
+        arguments = {"attention_mask": attention_mask, "query_len": query_len}
+        return Prepared(ProbeCall.of(probes.probe_padding, {"positions_fn": self.positions_object,
+                                                            "mask_fn": self.mask_object}, arguments),
+                        PaddingJudge(calls, expected, candidates, attention_mask))
+
+
+GENERATION_DRAWS = 8
+"""How many random models a padded-generation check may draw to find one under which every
+catalogued mistake of padded generation changes the greedy tokens."""
+
+
+@dataclass(frozen=True)
+class PaddedGenerationCheck:
+    """``object(model, prompts, max_new_tokens)`` on a :class:`TinyDecoder` built on the student's
+    ``attention`` class with random reference weights: every prompt's greedy continuation in one
+    left-padded batch with a KV cache must be what generating that prompt alone gives. The weights
+    are drawn again until every catalogued mistake of padded generation changes the tokens."""
+
+    object: str
+    attention: str
+    config: tuple[tuple[str, object], ...]
+    _: KW_ONLY
+    lengths: tuple[int, ...]
+    max_new_tokens: int
+
+    def prepare(self, generator: torch.Generator) -> Prepared:
+        from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+
+        config = DecoderConfig(**dict(self.config))
+        revealable = [m for m in catalog.decoder_mistakes("padding") + catalog.decoder_mistakes("cache")
+                    if m.name != "positions_from_padding"]   # under RoPE an offset of every position changes nothing
+        drawn = None
+        for _ in range(GENERATION_DRAWS):
+            model = randomize(TinyDecoder(config, reference.GroupedQueryAttention), generator, scale=0.5).eval()
+            prompts = [torch.randint(config.vocab_size, (n,), generator=generator).tolist() for n in self.lengths]
+            expected = [reference.generate_padded(model, [p], self.max_new_tokens)[0] for p in prompts]
+            candidates = {m: reference.generate_padded(model, prompts, self.max_new_tokens,
+                                                       inputs=mistakes.flawed_padded_inputs(m.flaws)) for m in revealable}
+            candidates = {m: tokens for m, tokens in candidates.items() if tokens != expected}
+            if drawn is None or len(candidates) > len(drawn[-1]):
+                drawn = (model, prompts, expected, candidates)
+            if len(candidates) == len(revealable):
+                break
+        model, prompts, expected, candidates = drawn
+        call = f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens})"
+
+        arguments = {"config": dict(self.config), "state": {n: p.detach().clone() for n, p in model.named_parameters()},
+                     "prompts": prompts, "max_new_tokens": self.max_new_tokens}
+        return Prepared(ProbeCall.of(probes.probe_padded_generation, {"fn": self.object, "attention": self.attention},
+                                     arguments), PaddedTokensJudge(call, prompts, expected, candidates))

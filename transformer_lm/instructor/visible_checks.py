@@ -1,0 +1,361 @@
+"""The visible checks of the six notebooks, prepared with the reference from fixed seeds.
+
+Each notebook's test cell runs one group of this table (``checks.check("<group>", answer)``):
+every check of the group in turn, against the values that :mod:`transformer_lm.instructor.make_test_values`
+stores from here. This module is the instructor's: it imports the reference, which students never
+receive; they receive only what it stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+
+from transformer_lm import catalog, checks
+from transformer_lm.instructor import adapters, mistakes, reference
+from transformer_lm.instructor.adapters import AttentionAPI
+from transformer_lm.instructor.cases import AttentionCase, BlockCase
+from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
+                                                     PaddingCheck, RopeCheck, WindowMaskCheck)
+from transformer_lm.flaws import Flaws
+from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
+from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck,
+                                             ParametersCheck, TransferCheck, function_check)
+from transformer_lm.prepared import Prepared
+from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
+                                                   FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
+                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
+
+Entry = dict
+"""One check of a group: ``{"name": what a message calls the answer, "check": Prepared}``, and
+``"context"``, a line put before a failure's message, where the check's own message needs one."""
+
+
+def entry(name: str, prepared: Prepared, context: str = "") -> Entry:
+    return {"name": name, "check": prepared, "context": context}
+
+
+def seeded(kind, seed: int = 0) -> Prepared:
+    return kind.prepare(torch.Generator().manual_seed(seed))
+
+
+def attention_entries(cls: str, api: AttentionAPI, cases, kind=AttentionCheck) -> list[Entry]:
+    """A check of attention class ``cls`` on each case, a failure saying which case it was."""
+    entries = []
+    for case in cases:
+        prepared = seeded(kind(cls, api, case))
+        shape = (case.seq, case.d_in) if case.batch is None else (case.batch, case.seq, case.d_in)
+        built = ", ".join(f"{k}={v!r}" for k, v in api.init(case).items())
+        mask = f" and a {case.mask} mask" if case.mask else ""
+        entries.append(entry(cls, prepared, f"{cls}({built}) on x of shape {shape}{mask}"))
+    return entries
+
+
+def _transfer_weights() -> list[Entry]:
+    return [entry("transfer_weights", seeded(TransferCheck("transfer_weights", "SelfAttention_v2",
+                                                           adapters.SELF_ATTENTION_V2, "SelfAttention_v1",
+                                                           adapters.SELF_ATTENTION_V1, case)),
+                  f"transfer_weights between classes built with d_in={case.d_in}, d_out={case.d_out}")
+            for case in (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
+                         AttentionCase(batch=None, seq=4, d_in=3, d_out=3, bias=False))]
+
+
+def _attention_basics() -> dict[str, list[Entry]]:
+    generator = torch.Generator().manual_seed(1)
+    softmax = [entry("softmax_stable", function_check("softmax_stable", lambda x: torch.softmax(x, dim=-1), {"x": x},
+                                                      torch.randn(x.shape, generator=generator)),
+                     f"softmax_stable on x of shape {tuple(x.shape)}")
+               for x in (torch.randn(6, generator=generator), 4 * torch.randn(2, 4, 5, generator=generator),
+                         torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, 0.0, 1000.0]]))]
+    generator = torch.Generator().manual_seed(2)
+
+    def unscaled_self_attention(x):   # queries = keys = values = x, no 1/sqrt(d) scaling
+        return reference.scaled_dot_product_attention(x, x, x, scale=1.0).output
+
+    context = []
+    for shape in ((6, 3), (4, 5), (1, 2)):
+        x = torch.randn(shape, generator=generator)
+        context.append(entry("context_vectors", function_check("context_vectors", unscaled_self_attention,
+                                                               {"inputs": x},
+                                                               torch.randn(shape, generator=generator)),
+                             f"context_vectors on inputs of shape {shape}"))
+    one_sequence = (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
+                    AttentionCase(batch=None, seq=1, d_in=4, d_out=3, bias=False))
+    return {
+        "softmax_stable": softmax,
+        "context_vectors": context,
+        "self_attention_v1": attention_entries("SelfAttention_v1", adapters.SELF_ATTENTION_V1, one_sequence),
+        "self_attention_v2": attention_entries("SelfAttention_v2", adapters.SELF_ATTENTION_V2, (
+            AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
+            AttentionCase(batch=None, seq=5, d_in=4, d_out=3, bias=True),
+            AttentionCase(batch=None, seq=1, d_in=3, d_out=2, bias=False))),
+        "transfer_weights": _transfer_weights(),
+        "causal_attention": attention_entries("CausalAttention", adapters.CAUSAL_ATTENTION, (
+            AttentionCase(batch=2, seq=6, d_in=3, d_out=2, causal=True, bias=False),
+            AttentionCase(batch=3, seq=4, d_in=5, d_out=4, causal=True, bias=True, context_length=8),
+            AttentionCase(batch=1, seq=1, d_in=3, d_out=2, causal=True, bias=False),
+            AttentionCase(batch=2, seq=6, d_in=3, d_out=2, causal=True, bias=False, dropout=0.5))),
+        "multihead_wrapper": attention_entries("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER, (
+            AttentionCase(batch=2, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, bias=False),
+            AttentionCase(batch=2, seq=5, d_in=4, d_out=6, num_heads=3, causal=True, bias=True, context_length=7))),
+        "multihead_attention": attention_entries("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION, (
+            AttentionCase(batch=2, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, out_proj=True, bias=False),
+            AttentionCase(batch=3, seq=5, d_in=4, d_out=6, num_heads=3, causal=True, out_proj=True, bias=True,
+                          context_length=8),
+            AttentionCase(batch=1, seq=1, d_in=2, d_out=4, num_heads=4, causal=True, out_proj=True, bias=False),
+            AttentionCase(batch=2, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, out_proj=True, bias=False,
+                          dropout=0.5))),
+    }
+
+
+def _multihead_attention() -> dict[str, list[Entry]]:
+    api = adapters.MULTI_HEAD_SELF_ATTENTION
+    parameters = ParametersCheck("SelfAttention", {"input_size": 7, "hidden": 9},
+                                 {"q.weight": (9, 7), "q.bias": (9,), "k.weight": (9, 7), "k.bias": (9,),
+                                  "v.weight": (9, 7), "v.bias": (9,)})
+    return {
+        "self_attention_init": [entry("SelfAttention", seeded(parameters))],
+        "self_attention_forward": attention_entries("SelfAttention", adapters.SELF_ATTENTION, (
+            AttentionCase(batch=3, seq=5, d_in=7, d_out=9), AttentionCase(batch=2, seq=1, d_in=4, d_out=6),
+            AttentionCase(batch=1, seq=6, d_in=5, d_out=5))),
+        "mha_scores": attention_entries("MultiHeadSelfAttention", api, (
+            AttentionCase(batch=3, seq=5, d_in=7, d_out=9, num_heads=3, out_proj=True),
+            AttentionCase(batch=2, seq=4, d_in=6, d_out=8, num_heads=4, out_proj=True),
+            AttentionCase(batch=2, seq=3, d_in=5, d_out=6, num_heads=1, out_proj=True),
+            AttentionCase(batch=1, seq=1, d_in=3, d_out=6, num_heads=2, out_proj=True))),
+        "mha_causal_mask": attention_entries("MultiHeadSelfAttention", api, (
+            AttentionCase(batch=3, seq=5, d_in=7, d_out=9, num_heads=3, causal=True, out_proj=True),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True),
+            AttentionCase(batch=2, seq=1, d_in=3, d_out=6, num_heads=3, causal=True, out_proj=True))),
+        "mha_output": attention_entries("MultiHeadSelfAttention", api, (
+            AttentionCase(batch=2, seq=5, d_in=7, d_out=9, num_heads=3, out_proj=True, dropout=0.5),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True, dropout=0.5))),
+    }
+
+
+def _pytorch_attention() -> dict[str, list[Entry]]:
+    generator = torch.Generator().manual_seed(3)
+
+    def random_mask(kind, len_q, len_k):   # every query keeps at least one key
+        if kind is None:
+            return None
+        keep = torch.rand(len_q, len_k, generator=generator) < 0.6
+        keep[torch.arange(len_q), torch.randint(len_k, (len_q,), generator=generator)] = True
+        if kind == "bool":
+            return keep
+        return torch.randn(len_q, len_k, generator=generator).masked_fill(~keep, float("-inf"))
+
+    def expected(q, k, v, mask=None):
+        return reference.scaled_dot_product_attention(q, k, v, mask).output
+
+    q, k, v = (torch.randn(2, length, width, generator=generator) for length, width in ((5, 4), (7, 4), (7, 3)))
+    functions = []
+    for kind in (None, "bool", "float"):
+        mask = random_mask(kind, 5, 7)
+        inputs = {"q": q, "k": k, "v": v} if mask is None else {"q": q, "k": k, "v": v, "attn_mask": mask}
+        functions.append(entry("my_attention", function_check("my_attention", expected, inputs,
+                                                              torch.randn(2, 5, 3, generator=generator),
+                                                              mistakes.ATTENTION_FUNCTION_MISTAKES.records(
+                                                                  *inputs.values())),
+                               f"my_attention on 5 queries over 7 keys in a batch of 2, mask: {kind}"))
+    layers = []
+    for norm_first, dropout in ((False, 0.0), (True, 0.0), (True, 0.3)):
+        init = {"model_dim": 8, "num_heads": 2, "ff_dim": 16, "dropout": dropout, "norm_first": norm_first}
+        case = BlockCase(batch=2, seq=5, model_dim=8, num_heads=2, ff_dim=16, norm_first=norm_first)
+        layers.append(entry("TransformerDecoderLayer", seeded(DecoderLoadCheck("TransformerDecoderLayer", init, case)),
+                            f"TransformerDecoderLayer({', '.join(f'{k}={v!r}' for k, v in init.items())})"))
+    return {
+        "my_attention": functions,
+        "self_attention_head": attention_entries("SelfAttentionHead", adapters.SELF_ATTENTION_HEAD, (
+            AttentionCase(batch=2, seq=5, d_in=6, d_out=3, d_value=6),
+            AttentionCase(batch=None, seq=4, d_in=5, d_out=5, d_value=5, mask="bool"),
+            AttentionCase(batch=3, seq=6, d_in=4, d_out=7, d_value=4, mask="float"))),
+        "multiheaded_self_attention": attention_entries("MultiheadedSelfAttention",
+                                                        adapters.MULTIHEADED_SELF_ATTENTION, (
+            AttentionCase(batch=2, seq=5, d_in=6, d_out=6, num_heads=3, bias=True, out_proj=True),
+            AttentionCase(batch=3, seq=4, d_in=8, d_out=8, num_heads=2, bias=True, out_proj=True, mask="bool"),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=4, num_heads=1, bias=True, out_proj=True, mask="float")),
+            kind=MultiheadLoadCheck),
+        "transformer_decoder_layer": layers,
+    }
+
+
+TINY_GPT = reference.GPTConfig(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)
+
+
+def _generation(call_kwargs: dict, sizes) -> list[Entry]:
+    """Greedy generation from the tiny GPT (seed 7: weights under which the next token depends on
+    the context), one check for each ``(batch, prompt, max_new_tokens)``."""
+    options = "".join(f", {name}={value}" for name, value in call_kwargs.items())
+    return [entry("GPT.generate", seeded(GenerateCheck("GPT", asdict(TINY_GPT), batch=batch, prompt=prompt,
+                                                       max_new_tokens=new, call_kwargs=call_kwargs), 7),
+                  f"generate(a prompt of {prompt} tokens, max_new_tokens={new}, top_k=1{options}) with "
+                  f"block_size={TINY_GPT.block_size}")
+            for batch, prompt, new in sizes]
+
+
+def _mingpt() -> dict[str, list[Entry]]:
+    generator = torch.Generator().manual_seed(2)
+    blocks = []
+    for config, shape in ((reference.GPTConfig(n_embd=8, n_head=2, block_size=6), (2, 5, 8)),
+                          (reference.GPTConfig(n_embd=6, n_head=1, block_size=4, attn_pdrop=0.3, resid_pdrop=0.3),
+                           (3, 4, 6))):
+        x = torch.randn(shape, generator=generator)
+        check = ModuleCheck("Block", {"config": asdict(config)}, lambda config=config: reference.Block(config),
+                            lambda _, x=x: {"x": x})
+        blocks.append(entry("Block", seeded(check), f"Block(n_embd={config.n_embd}, n_head={config.n_head}) on x of "
+                                                    f"shape {shape}"))
+    generator = torch.Generator().manual_seed(3)
+    models = []
+    for config, seq in ((TINY_GPT, 5), (reference.GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=6,
+                                                            attn_pdrop=0.2, resid_pdrop=0.2, embd_pdrop=0.2), 4)):
+        idx = torch.randint(config.vocab_size, (2, seq), generator=generator)
+        check = ModuleCheck("GPT", {"config": asdict(config)}, lambda config=config: reference.GPT(config),
+                            lambda _, idx=idx: {"idx": idx})
+        models.append(entry("GPT", seeded(check), f"GPT(n_layer={config.n_layer}, n_head={config.n_head}) on idx of "
+                                                  f"shape {tuple(idx.shape)}"))
+    models.append(entry("GPT", seeded(LossCheck("GPT", asdict(TINY_GPT), batch=3, seq=6), 3)))
+    models.append(entry("GPT.forward with a KV cache", seeded(CachedForwardCheck("GPT", asdict(TINY_GPT), batch=2,
+                                                                                 seq=5, prefix=2), 3)))
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [-0.5, 1.5, 0.0, 1.0]])
+    sampling = [entry("sample_next_token", sampling_check("sample_next_token", logits, temperature, top_k, 4000))
+                for temperature, top_k in ((1.0, None), (0.5, None), (2.0, 2))]
+    return {
+        "mingpt_attention": attention_entries("MultiHeadSelfAttention", adapters.MINGPT_ATTENTION, (
+            AttentionCase(batch=2, seq=6, d_in=8, d_out=8, num_heads=2, causal=True, out_proj=True),
+            AttentionCase(batch=3, seq=4, d_in=6, d_out=6, num_heads=1, causal=True, out_proj=True, context_length=7),
+            AttentionCase(batch=2, seq=5, d_in=6, d_out=6, num_heads=3, causal=True, out_proj=True, dropout=0.5))),
+        "block": blocks,
+        "gpt": models,
+        "generate": _generation({}, ((2, 3, 3), (2, 4, 7), (1, 9, 2))) + sampling,
+        "kv_cache": _generation({"use_cache": True}, ((2, 3, 3), (2, 2, 9), (1, 8, 3))),
+    }
+
+
+TILED_VALUE_CASES = (
+    # T not a multiple of either block
+    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5),
+    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5, causal=True),
+    # fewer queries than keys, one query block
+    TileCase(batch=1, heads=2, seq_q=19, seq_k=45, dim=4, dim_v=7, block_q=16, block_k=16),
+)
+TILED_SPREAD_CASE = TileCase(batch=2, heads=2, seq_q=29, seq_k=29, dim=8, dim_v=6, block_q=8, block_k=4, causal=True,
+                             spread=True)
+"""Rows whose scores lie hundreds apart: one maximum shared by all rows underflows. (Only for the
+forward: float32 gradients of scores in the hundreds stray past the course's tolerance.)"""
+TILED_MEMORY_CASE = TileCase(batch=1, heads=2, seq_q=160, seq_k=160, dim=8, dim_v=8, block_q=16, block_k=16,
+                             causal=True)
+"""The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
+of one batch and head 256, and the output of every head 2,560."""
+TILED_LARGE_CASE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=1024, block_k=512)
+"""Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
+(64 MiB in float32), a tile 524,288, q, k and v 16,384 each. (The memory cap, which sees every
+form of memory, is checked at the grader's size, ``CAPPED_FULL`` and ``CAPPED_CAUSAL``.)"""
+
+
+def each(name: str, *kinds) -> list[Entry]:
+    """A check of each kind, from seed 0, of the answer ``name``."""
+    return [entry(name, seeded(kind)) for kind in kinds]
+
+
+def _efficient_attention() -> dict[str, list[Entry]]:
+    return {
+        "merge_stats": each("merge_stats", MergeStatsCheck("merge_stats")),
+        "online_softmax": each("online_softmax",
+                               OnlineSoftmaxCheck("online_softmax", rows=6, n=21, block=4, spread=True),
+                               OnlineSoftmaxCheck("online_softmax", rows=4, n=50, block=8)),
+        "flash_forward": each("flash_forward", *(FlashForwardCheck("flash_forward", case)
+                                                   for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE))),
+        "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
+                             FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "memory"),
+                             CappedCheck("flash_forward", CAPPED_FULL, memory_cap=MEMORY_CAP,
+                                         names_mistakes=False)),
+        # the trace's count first, which names one block too many; then the NaN key block, which no
+        # inflated count can pass (the grader's check)
+        "causal_skipping": each("flash_forward", CausalWorkCheck("flash_forward", TILED_MEMORY_CASE),
+                                SkippedTilesCheck("flash_forward", TILED_MEMORY_CASE)),
+        "flash_backward": each("FlashAttention.backward", *(FlashFunctionCheck("FlashAttention", case)
+                                                              for case in TILED_VALUE_CASES)),
+        "backward_memory": each("FlashAttention", FlashFunctionCheck("FlashAttention", TILED_MEMORY_CASE, "memory"),
+                                CappedCheck("FlashAttention", CAPPED_CAUSAL, memory_cap=MEMORY_CAP, backward=True,
+                                            names_mistakes=False))
+        + each("FlashAttention.backward", CausalWorkCheck("FlashAttention", TILED_MEMORY_CASE, backward=True))
+        + each("FlashAttention", SkippedTilesCheck("FlashAttention", TILED_MEMORY_CASE, backward=True)),
+    }
+
+
+def _modern_attention() -> dict[str, list[Entry]]:
+    config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2), ("ff_dim", 24))
+    return {
+        "apply_rope": [entry("apply_rope", seeded(kind), kind.call) for kind in (
+            RopeCheck("apply_rope", batch=1, heads=2, seq=5, head_dim=8),
+            RopeCheck("apply_rope", batch=2, heads=3, seq=6, head_dim=16, start=7),
+            RopeCheck("apply_rope", batch=3, heads=2, seq=4, head_dim=8, start=2, per_sequence=True, base=500000.0))],
+        "sliding_window_mask": each("sliding_window_mask", *(
+            WindowMaskCheck("sliding_window_mask", query_len=query_len, key_len=key_len, window=window)
+            for query_len, key_len, window in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)))),
+        "grouped_query_attention": each("GroupedQueryAttention", *(
+            GroupedQueryCheck("GroupedQueryAttention", **sizes) for sizes in (
+                dict(d_model=16, n_heads=4, n_kv_heads=1, batch=2, seq=5),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=6, start=3),
+                dict(d_model=12, n_heads=3, n_kv_heads=3, batch=1, seq=4, start=9, base=100.0),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=7, window=3),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=5, padded=(2, 5))))),
+        "padding": each("padded_attention_mask", *(
+            PaddingCheck("padded_positions", "padded_attention_mask", lengths=lengths, query_len=query_len)
+            for lengths, query_len in (((3, 5, 1), None), ((2, 4), 1)))),
+        "padded_generation": each("generate_padded", PaddedGenerationCheck(
+            "generate_padded", "GroupedQueryAttention", config, lengths=(3, 6, 1), max_new_tokens=5)),
+        "kv_cache_bytes": each("kv_cache_bytes", *(
+            CacheBytesCheck("kv_cache_bytes", n_layers=layers, n_kv_heads=heads, head_dim=dim, seq_len=seq,
+                            batch=batch, dtype=dtype)
+            for layers, heads, dim, seq, batch, dtype in ((32, 8, 128, 8192, 1, "bfloat16"),
+                                                          (2, 3, 16, 100, 4, "float32")))),
+    }
+
+
+SEED_000_CONFIG = reference.GPTConfig(vocab_size=11, block_size=5, n_head=4, n_embd=12)
+
+
+def flawed_fingerprint(flaws: Flaws) -> list[int]:
+    """The fingerprint of the original minGPT exercise (every parameter 0.1, its 5-token input,
+    ``y.sum()`` backpropagated) that attention with ``flaws`` gives."""
+    width = SEED_000_CONFIG.n_embd
+    weights = reference.AttentionWeights(*(torch.full((width, width), 0.1) for _ in range(3)),
+                                         *(torch.full((width,), 0.1) for _ in range(3)),
+                                         torch.full((width, width), 0.1), torch.full((width,), 0.1))
+    weights = weights.map(lambda t: t.requires_grad_(True))
+    output, _ = mistakes.flawed_multi_head_attention(checks.seed_000_input(), weights, SEED_000_CONFIG.n_head, flaws,
+                                                    causal=True)
+    output.sum().backward()
+    return checks.fingerprint([weights.w_query.grad, weights.b_query.grad, weights.w_key.grad, weights.b_key.grad,
+                               weights.w_value.grad, weights.b_value.grad])
+
+
+def fingerprints() -> dict:
+    """The exercise's fingerprint, and each mistake's that minGPT's attention can make and that
+    changes it (at weights of 0.1 everywhere, some do not)."""
+    expected = flawed_fingerprint(Flaws())
+    made = {mistake: flawed_fingerprint(mistake.flaws) for mistake in catalog.revealed_by({"heads", "causal",
+                                                                                          "projection"})}
+    mistakes = {m: fingerprint for m, fingerprint in made.items() if fingerprint != expected}
+    return {"expected": expected, "mistakes": mistakes}
+
+
+ASSIGNMENTS = {"01_attention_basics": _attention_basics, "02_multihead_attention": _multihead_attention,
+               "03_pytorch_attention": _pytorch_attention, "04_mingpt": _mingpt,
+               "05_efficient_attention": _efficient_attention, "06_modern_attention": _modern_attention}
+
+
+def make() -> dict:
+    """Every group of every assignment (a notebook's test cell names one, so no two assignments
+    share a name), and the minGPT exercise's fingerprints: what is stored."""
+    groups = {}
+    for assignment, groups_of in ASSIGNMENTS.items():
+        made = groups_of()
+        if set(made) & set(groups):
+            raise ValueError(f"{assignment} names checks that another assignment names: {set(made) & set(groups)}")
+        groups.update(made)
+    return {"groups": groups, "fingerprints": fingerprints()}
+
