@@ -12,7 +12,7 @@ PROXY  := $(VENV)/node/node_modules/.bin/configurable-http-proxy
 # tests/scheduling.py), so that no long file starts last. `make test PYTEST_ARGS=...` to change.
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: test demo env system-packages browser-packages container-packages hub-packages release student-kit clean
+.PHONY: test demo docs env system-packages browser-packages container-packages hub-packages release student-kit clean
 
 test: $(STAMP) system-packages browser-packages container-packages hub-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -21,6 +21,11 @@ demo: $(STAMP) system-packages
 	$(BIN)/autograder demo
 
 env: $(STAMP)
+
+# The documentation site (docs/, Markdown read by Sphinx and MyST) into docs/_build/html, with
+# warnings as errors, as tests/test_docs.py builds it in `make test`.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 # The virtual environment is rebuilt whenever the pinned requirements change: the course's
 # (requirements.txt, what the TA's container installs too) and the tests' (requirements-dev.txt).

@@ -7,11 +7,12 @@ import shutil
 import pytest
 
 import notebook_tools as tools
-from autograder import audit, sandbox
-from autograder.config import load_settings
-from autograder.feedback_texts import TEMPLATES, Catalogue
-from autograder.course import Course
-from autograder.results import ItemResult
+from autograder.commands import audit
+from autograder.running import sandbox
+from autograder.reading.config import load_settings
+from autograder.recording.feedback_texts import TEMPLATES, Catalogue
+from autograder.reading.course import Course
+from autograder.reading.results import ItemResult
 
 BANKS = tools.REPO_ROOT / "autograder" / "checks" / "audit"
 pytestmark = pytest.mark.timeout(1500)  # assignment 05's bank: each submission runs its capped calls at T=16384
@@ -41,6 +42,17 @@ def test_every_mutant_is_caught_and_named_and_every_alternative_keeps_its_points
     assert not closed, f"known gaps that no longer happen; take them out of the bank: {sorted(closed)}"
     written = audit.write(course, assignment, audits, found)
     assert "| **all** |" in written["audit"].read_text() and written["figure"].stat().st_size > 0
+    assert_the_documentation_shows(assignment, audit.table(audits))
+
+
+def assert_the_documentation_shows(assignment: str, table: str) -> None:
+    """The audit's tables in the documentation are this audit's: the item by item table in
+    docs/grading.md, and its whole-assignment row in the README's table of every assignment."""
+    assert table in (tools.REPO_ROOT / "docs" / "grading.md").read_text(), \
+        f"docs/grading.md does not show the audit of {assignment} as it is now:\n{table}"
+    whole = table.splitlines()[-1].replace("| **all** |", f"| `{assignment}` |")
+    assert whole in (tools.REPO_ROOT / "README.md").read_text().splitlines(), \
+        f"the README's audit table does not hold this row:\n{whole}"
 
 
 def case(kind: str, label: str, score: float, mistake: str | None = None) -> audit.Case:

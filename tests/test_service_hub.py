@@ -2,7 +2,7 @@
 a hostile crowd at its front door, and the roster.
 
 One Hub serves the whole module (:mod:`hub_tools`: configurable-http-proxy from npm, dummy logins,
-local spawner, the README's service lines). Students send assignment 06's notebook as their
+local spawner, the service lines of docs/service.md). Students send assignment 06's notebook as their
 JupyterLab server does (a Hub token) or from a browser session (the Hub's OAuth cookie). Each
 test sets the policy it needs by rewriting the course's ``nbgrader_config.py``, which the service
 reads again when it changes. A student's browser in JupyterLab is in
@@ -32,9 +32,9 @@ import requests
 import browser_tools
 import hub_tools
 import notebook_tools as tools
-from autograder import sandbox
-from autograder.cells import grade_id
-from autograder.record import nbgrader_env
+from autograder.running import sandbox
+from autograder.reading.cells import grade_id
+from autograder.recording.record import nbgrader_env
 from autograder.service.roster import FRESH_SECONDS
 from autograder.service.store import KEPT_UNCOUNTED, UNCOUNTED_ROW_BYTES, Store
 from autograder.service.web import PER_PAGE
@@ -463,7 +463,7 @@ def test_a_student_checks_the_notebook_from_jupyterlab_and_only_they_see_it(hub)
 def test_a_flood_of_refused_requests_is_bounded_in_the_database_and_the_admin_pages(hub):
     """mallory sends 100 non-notebooks with a megabyte of file name each, twenty at a time: 20 are
     refused and recorded (her limit of refusals), the rest answered 429 and not stored. The file's
-    pages in use grow by less than the bound the README states for a student, and the admin's
+    pages in use grow by less than the bound docs/service.md states for a student, and the admin's
     pages, each bounded, show every request. All twenty may be in flight at once (``max_sending``):
     the limit under test is the refusals'."""
     set_policy(hub, service=ALL_AT_ONCE)
@@ -494,11 +494,12 @@ def test_a_flood_of_refused_requests_is_bounded_in_the_database_and_the_admin_pa
     assert teacher.get(f"{hub.service}admin?page=x", timeout=60).status_code == 404
 
 
-def test_the_readme_gives_the_hub_lines_the_tests_run():
-    """The README shows the lines of docs/jupyterhub_config.py after its two comment lines."""
-    readme = (tools.REPO_ROOT / "README.md").read_text()
+def test_the_service_page_gives_the_hub_lines_the_tests_run():
+    """The service's page of the documentation (docs/service.md, which the README links to) shows
+    the lines of docs/jupyterhub_config.py after its two comment lines."""
+    page = (tools.REPO_ROOT / "docs" / "service.md").read_text()
     lines = hub_tools.HUB_CONFIG.read_text().split("\n", 2)[2]
-    assert f"```python\n{lines}```" in readme
+    assert f"```python\n{lines}```" in page
 
 # --------------------------------------------------------------------------------------
 # The front door (issue 46): no byte of a POST's body is read before the Hub has said who sent
