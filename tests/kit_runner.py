@@ -17,8 +17,9 @@ import nbformat
 import torch
 from nbclient import NotebookClient
 
-HIDDEN_MODULES = ("transformer_lm.instructor", "transformer_lm.instructor.reference", "transformer_lm.instructor.mistakes",
-                  "transformer_lm.instructor.kinds", "transformer_lm.instructor.visible_checks", "autograder")
+HIDDEN_MODULES = ("transformer_lm.instructor", "transformer_lm.instructor.reference",
+                  "transformer_lm.instructor.mistakes", "transformer_lm.instructor.kinds",
+                  "transformer_lm.instructor.visible_checks", "autograder")
 """The instructor's modules, which the kit's environment must not be able to import."""
 
 
@@ -110,7 +111,16 @@ def what_it_sees() -> dict:
     import transformer_lm
 
     return {"python": sys.executable, "package": transformer_lm.__file__, "path": sys.path,
-            "hidden": [name for name in HIDDEN_MODULES if importlib.util.find_spec(name) is not None]}
+            "hidden": [name for name in HIDDEN_MODULES if importable(name)]}
+
+
+def importable(name: str) -> bool:
+    """Whether ``name`` could be imported; finding a submodule imports its parent package first,
+    and a missing parent is as good an answer as a missing module."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def main(jobs_path: str, out_path: str) -> None:
