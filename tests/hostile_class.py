@@ -330,7 +330,8 @@ def cases(course: Path) -> list[Case]:
                                       "from transformer_lm.instructor.reference import masked_softmax\n\n\n"
                                       "def context_vectors(inputs):\n    return masked_softmax(inputs @ inputs.T) @ inputs\n"),
              9, {"context_vectors": {"error"}},
-             message={"context_vectors": "ModuleNotFoundError (line 1 of its cell: from transformer_lm.instructor.reference import"}),
+             message={"context_vectors": "ModuleNotFoundError (line 1 of its cell: "
+                                         "from transformer_lm.instructor.reference import"}),
         Case("atk_points", edit_cells(wrong, lambda c: with_metadata(c, points=100) if is_test(c) else c), w,
              causal_zero),
         Case("atk_grade_flags", edit_cells(wrong, lambda c: with_metadata(c, grade=False, points=0) if is_test(c)

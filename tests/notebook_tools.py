@@ -178,17 +178,26 @@ def strip_ansi(text: str) -> str:
 
 
 def text_outputs(cell) -> str:
-    """Everything a code cell showed as text: streams, plain-text results and errors."""
+    """Everything a code cell showed as text: streams, plain-text results and errors. The pieces of
+    one stream that follow one another are one text: a busy kernel may send a print's line and its
+    newline in two messages."""
     parts = []
+    stream = None
     for output in cell.get("outputs", []):
+        if output.output_type == "stream" and output.name == stream:
+            parts[-1] += output.text
+            continue
+        if parts and not parts[-1].endswith("\n"):
+            parts[-1] += "\n"
+        stream = output.name if output.output_type == "stream" else None
         if output.output_type == "stream":
             parts.append(output.text)
         elif output.output_type in ("execute_result", "display_data"):
             parts.append(output.get("data", {}).get("text/plain", ""))
         elif output.output_type == "error":
             parts.append(f"{output.ename}: {output.evalue}\n" + strip_ansi("\n".join(output.traceback)))
-        if parts and not parts[-1].endswith("\n"):
-            parts[-1] += "\n"
+    if parts and not parts[-1].endswith("\n"):
+        parts[-1] += "\n"
     return "".join(parts)
 
 

@@ -13,8 +13,10 @@ import textwrap
 import pytest
 
 import notebook_tools as tools
+from autograder.running import runner
 
-HARNESS = tools.REPO_ROOT / "autograder"
+HARNESS = runner.HARNESS.parent
+"""The folder the harness is imported from, as a run imports it (``from harness import ...``)."""
 
 
 def run(code: str) -> str:

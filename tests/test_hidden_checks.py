@@ -109,7 +109,8 @@ def test_the_reference_is_sent_as_one_text_that_defines_every_name_of_the_packag
 
 def test_a_reference_module_that_imports_the_package_itself_is_refused(tmp_path):
     (tmp_path / "first.py").write_text("def one():\n    return 1\n")
-    (tmp_path / "second.py").write_text("from transformer_lm.instructor.reference import one\n\n\ndef two():\n    return one()\n")
+    (tmp_path / "second.py").write_text("from transformer_lm.instructor.reference import one\n\n\n"
+                                        "def two():\n    return one()\n")
     with pytest.raises(ValueError, match="from transformer_lm.instructor.reference.<module> import"):
         course_code.reference_source(tmp_path)
     (tmp_path / "second.py").write_text("def one():\n    return 2\n")
@@ -121,16 +122,17 @@ def test_a_reference_module_that_imports_the_package_itself_is_refused(tmp_path)
 def course_code_loaded(code):
     """The namespace of the stand-ins, made as the harness makes it (CourseCode), with the pruned
     reference in place of the package's for the block only."""
-    saved_module, saved_attribute = sys.modules["transformer_lm.instructor.reference"], transformer_lm.instructor.reference
-    module = types.ModuleType("transformer_lm.instructor.reference")
-    sys.modules[module.__name__], transformer_lm.instructor.reference = module, module
+    name, instructor = "transformer_lm.instructor.reference", transformer_lm.instructor
+    saved_module, saved_attribute = sys.modules[name], instructor.reference
+    module = types.ModuleType(name)
+    sys.modules[name], instructor.reference = module, module
     try:
         exec(compile(code["reference"], "<the course's code>", "exec"), module.__dict__)
         namespace = {}
         exec(compile(code["stand_ins"], "<the course's code>", "exec"), namespace)
         yield namespace
     finally:
-        sys.modules["transformer_lm.instructor.reference"], transformer_lm.instructor.reference = saved_module, saved_attribute
+        sys.modules[name], instructor.reference = saved_module, saved_attribute
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

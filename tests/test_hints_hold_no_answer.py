@@ -152,7 +152,8 @@ def answers_held(text: str) -> set[str]:
 def hints() -> dict[str, str]:
     """Every catalogued mistake's title and hint, the families of ``transformer_lm/instructor/concepts/``
     registered."""
-    for module in pkgutil.iter_modules(transformer_lm.instructor.concepts.__path__, "transformer_lm.instructor.concepts."):
+    concepts = transformer_lm.instructor.concepts
+    for module in pkgutil.iter_modules(concepts.__path__, f"{concepts.__name__}."):
         importlib.import_module(module.name)
     return {name: f"{mistake.title}\n{mistake.hint}" for name, mistake in catalog.BY_NAME.items()}
 

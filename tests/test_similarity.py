@@ -125,7 +125,8 @@ def test_an_answer_python_cannot_parse_is_fingerprinted_as_written(source):
 def test_fingerprints_are_the_same_in_every_process():
     """copydetect's own k-gram hash is Python's, salted anew in each process; ours is the same in
     every process, so a report repeats."""
-    script = ("import io, sys; from copydetect import CodeFingerprint; from autograder.recording.fingerprints import fingerprint; "
+    script = ("import io, sys; from copydetect import CodeFingerprint; "
+              "from autograder.recording.fingerprints import fingerprint; "
               "text = sys.stdin.read(); print(sorted(fingerprint(text).hashes)); "
               "print(sorted(CodeFingerprint('a.py', 25, 6, fp=io.StringIO(text)).hashes))")
     ours, theirs = zip(*(subprocess.run([sys.executable, "-c", script], input=sc.ANN, capture_output=True, text=True,

@@ -172,8 +172,8 @@ def test_a_kit_with_an_answer_planted_in_it_is_refused(kit, tmp_path):
     assert "lectures/checks.txt: a hidden checks file" in found
     assert f"{wheel.name}!transformer_lm/instructor/reference/gpt.py: defines GPT" in found
     for module in modules:   # attention.py and __init__.py define no name a notebook asks for
-        assert f"{wheel.name}!transformer_lm/instructor/reference/{module.name}: holds the reference's reference/{module.name}" \
-            in found
+        where = f"{wheel.name}!transformer_lm/instructor/reference/{module.name}"
+        assert f"{where}: holds the reference's reference/{module.name}" in found
     assert "lectures/attention.py: holds the reference's masked_softmax\n" in found + "\n"
     with pytest.raises(GradingError, match="not empty"):
         student_kit.build(kit)

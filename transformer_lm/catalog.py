@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
 
 NAMES = {"batch": "batch", "seq": "seq", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
-"""The names hints use for shapes, unless a notebook's API gives its own (:class:`transformer_lm.instructor.cases.AttentionAPI`)."""
+"""The names hints use for shapes, unless a notebook's API gives its own
+(:class:`transformer_lm.instructor.cases.AttentionAPI`)."""
 
 
 @dataclass(frozen=True)
