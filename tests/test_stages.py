@@ -131,35 +131,32 @@ def test_the_student_package_never_imports_the_instructors_side():
     assert len(files) >= 20 and not any("instructor" in path.parts for path in files)
 
 
+REFUSING_FINDER = ("import importlib, importlib.abc, sys\n"
+                   "class Refuse(importlib.abc.MetaPathFinder):\n"
+                   "    def find_spec(self, name, path=None, target=None):\n"
+                   "        if name.startswith(('transformer_lm.instructor', 'autograder')):\n"
+                   "            raise ImportError(f'{name} is the instructor\\'s')\n"
+                   "sys.meta_path.insert(0, Refuse())\n")
+"""The start of a Python program in which the instructor's side and the grader cannot be imported."""
+
+
 def test_every_module_of_the_student_package_imports_with_the_instructors_side_gone():
     """Each student module imports in a process where ``transformer_lm.instructor`` and the
     grader cannot be imported at all (a finder refuses them), as in a student's environment."""
     names = sorted(module_name(REPO / "transformer_lm" / name) for name in student_kit.student_files(REPO)
                    if name.endswith(".py"))
-    refuse = ("import importlib, importlib.abc, sys\n"
-              "class Refuse(importlib.abc.MetaPathFinder):\n"
-              "    def find_spec(self, name, path=None, target=None):\n"
-              "        if name.startswith(('transformer_lm.instructor', 'autograder')):\n"
-              "            raise ImportError(f'{name} is the instructor\\'s')\n"
-              "sys.meta_path.insert(0, Refuse())\n"
-              "for name in sys.argv[1:]:\n"
-              "    importlib.import_module(name)\n"
-              "assert not [m for m in sys.modules if m.startswith(('transformer_lm.instructor', 'autograder'))]\n")
-    done = subprocess.run([sys.executable, "-c", refuse, *names], capture_output=True, text=True, cwd=REPO,
+    importing = (REFUSING_FINDER + "for name in sys.argv[1:]:\n"
+                 "    importlib.import_module(name)\n"
+                 "assert not [m for m in sys.modules if m.startswith(('transformer_lm.instructor', 'autograder'))]\n")
+    done = subprocess.run([sys.executable, "-c", importing, *names], capture_output=True, text=True, cwd=REPO,
                           env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_the_refusing_finder_would_see_an_import_of_the_instructors_side():
-    done = subprocess.run([sys.executable, "-c", "import sys\n"
-                           "import importlib.abc\n"
-                           "class Refuse(importlib.abc.MetaPathFinder):\n"
-                           "    def find_spec(self, name, path=None, target=None):\n"
-                           "        if name.startswith('transformer_lm.instructor'):\n"
-                           "            raise ImportError(name)\n"
-                           "sys.meta_path.insert(0, Refuse())\n"
-                           "import transformer_lm.instructor.reference\n"], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode != 0 and "ImportError: transformer_lm.instructor" in done.stderr
+    done = subprocess.run([sys.executable, "-c", REFUSING_FINDER + "import transformer_lm.instructor.reference\n"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode != 0 and "ImportError: transformer_lm.instructor is the instructor's" in done.stderr
 
 
 def test_the_instructors_side_holds_what_the_grader_prepares_with():
