@@ -72,10 +72,13 @@ def grade(course: Course, assignment: Assignment, students: list[str], isolation
 
 
 def record_class(course: Course, assignment: str, results: list[SubmissionResult]) -> Path:
-    """Writes the scores into nbgrader's gradebook and ``grades.csv``; returns the CSV's path."""
+    """Writes the scores into nbgrader's gradebook, all in one commit (every result's report is
+    already written: :func:`merge` records them again), and ``grades.csv``; returns the CSV's path."""
     record.ensure_assignment_in_gradebook(course, assignment)
-    for result in results:
-        record.record_in_gradebook(course, result)
+    with record.gradebook(course) as gb:
+        for result in results:
+            record.record_in_gradebook(gb, result)
+        gb.db.commit()
     return record.write_grades_csv(course, assignment)
 
 

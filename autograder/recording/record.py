@@ -168,9 +168,12 @@ def item_message(item) -> str:
     return text
 
 
-def record_in_gradebook(course: Course, result: SubmissionResult) -> None:
-    """Writes auto scores and comments; written answers are left for manual grading."""
-    with warnings.catch_warnings(), gradebook(course) as gb:
+def record_in_gradebook(gb: Gradebook, result: SubmissionResult) -> None:
+    """Writes auto scores and comments into the open gradebook ``gb``, uncommitted; written answers
+    are left for manual grading. A class's results share one opened gradebook (:func:`gradebook`)
+    and one commit: opening it inspects every table, and each commit waits for the disk, each
+    costing more than recording a submission."""
+    with warnings.catch_warnings():
         # nbgrader's own submission code trips SQLAlchemy's autoflush warnings; they mean nothing here.
         warnings.simplefilter("ignore", SAWarning)
         gb.update_or_create_student(result.student)
@@ -194,7 +197,6 @@ def record_in_gradebook(course: Course, result: SubmissionResult) -> None:
                 found = by_answer.get((notebook, comment.name))
                 # nbgrader renders comments as markdown without a sanitizer; messages can quote student code.
                 comment.auto_comment = safe_markdown("\n".join(item_message(i) for i in found)) if found else None
-        gb.db.commit()
 
 
 def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, Preflight],

@@ -18,9 +18,12 @@ forbidden function is copying, which the similarity report is for.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sys
 import types
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -81,35 +84,88 @@ def _remove_python(fragments: tuple[str, ...]) -> None:
     module of torch that holds them; so are the ``forward`` of its classes whose names hold one
     (``MultiheadAttention``, the quantizable one included), the decomposition tables' entries and
     the Python kernels of the forbidden operators."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # reading some of torch's deprecated names warns
-        _replace_functions(fragments)
-    for table in _decomposition_tables():
-        for operator in list(table):
-            if _forbidden(str(operator), fragments) or _forbidden(getattr(table[operator], "__name__", ""), fragments):
-                table[operator] = _refuse(str(operator))
+    index = INDEX if INDEX is not None and INDEX.modules == len(sys.modules) else Index.of_torch()
+    replaced: dict[int, object] = {}
+    for module_name, module, attribute, value in index.functions.matching(fragments):
+        if isinstance(value, type):
+            value.forward = _refuse(f"{value.__module__}.{value.__name__}.forward")
+        else:
+            setattr(module, attribute, replaced.setdefault(id(value), _refuse(f"{module_name}.{attribute}")))
+    for table, operator in index.decompositions.matching(fragments):
+        table[operator] = _refuse(str(operator))
     for packet in (getattr(torch.ops.aten, name, None) for name in dir(torch.ops.aten) if _forbidden(name, fragments)):
         for overload in (getattr(packet, o) for o in packet.overloads()) if packet is not None else ():
             for key in list(overload.py_kernels):
                 overload.py_kernels[key] = _refuse(str(overload))
 
 
-def _replace_functions(fragments: tuple[str, ...]) -> None:
-    replaced: dict[int, object] = {}
-    for module_name, module in list(sys.modules.items()):
-        if not module_name.startswith("torch") or not isinstance(module, types.ModuleType):
-            continue
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType) and _forbidden(value.__name__, fragments):
-                stand = replaced.setdefault(id(value), _refuse(f"{module_name}.{attribute}"))
-                setattr(module, attribute, stand)
-            elif isinstance(value, type) and _forbidden(value.__name__, fragments) and "forward" in vars(value):
-                value.forward = _refuse(f"{value.__module__}.{value.__name__}.forward")
+SEPARATORS = ("\n", "\0")
+"""What no fragment holds: ``\n`` ends each name of a :class:`Names`, ``\0`` parts one entry's names."""
+
+
+class Names:
+    """Entries to be found by their names (``(names, what)``; an entry's several names are parted by
+    ``\0``), kept as one text, so that finding those that hold a fragment reads no entry but those it
+    finds: in a run, a fork of the server, every object read is a page copied."""
+
+    def __init__(self, entries: list[tuple[str, tuple]]):
+        names = [name.replace("\n", " ") for name, _ in entries]
+        self.found = tuple(what for _, what in entries)
+        self.text = "".join(f"{name}\n" for name in names)
+        self.starts = list(itertools.accumulate((len(name) + 1 for name in names[:-1]), initial=0))
+
+    def matching(self, fragments: tuple[str, ...]) -> list[tuple]:
+        """What the entries whose names hold any of ``fragments`` are, in the order they were given."""
+        found = set()
+        for fragment in (f for f in fragments if f and not any(s in f for s in SEPARATORS)):
+            at = self.text.find(fragment)
+            while at >= 0:
+                found.add(bisect.bisect_right(self.starts, at) - 1)
+                at = self.text.find(fragment, at + 1)
+        return [self.found[i] for i in sorted(found)]
+
+
+@dataclass(frozen=True)
+class Index:
+    """What a run may have to take out, found once in the server (:func:`prepare`): torch's
+    functions, and its classes with a ``forward`` of their own, by name, wherever a loaded module of
+    torch holds them; the decomposition tables' entries, by operator and by function name. Reading
+    every module again took a run 45 ms. ``modules`` is how many modules were loaded: a run with
+    more (none loads one before :func:`remove`) reads them all again."""
+
+    functions: Names
+    decompositions: Names
+    modules: int
+
+    @classmethod
+    def of_torch(cls) -> Index:
+        functions = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # reading some of torch's deprecated names warns
+            for module_name, module in list(sys.modules.items()):
+                if not module_name.startswith("torch") or not isinstance(module, types.ModuleType):
+                    continue
+                for attribute, value in list(vars(module).items()):
+                    if isinstance(value, types.FunctionType) or isinstance(value, type) and "forward" in vars(value):
+                        functions.append((value.__name__, (module_name, module, attribute, value)))
+        decompositions = [(f"{operator}\0{getattr(table[operator], '__name__', '')}", (table, operator))
+                          for table in _decomposition_tables() for operator in table]
+        return cls(Names(functions), Names(decompositions), len(sys.modules))
 
 
 def _decomposition_tables() -> list[dict]:
     from torch import _decomp
     return [_decomp.decomposition_table, *_decomp.global_decomposition_table.values()]
+
+
+INDEX: Index | None = None
+
+
+def prepare() -> None:
+    """Done once in the server, after it has loaded everything a run starts with: finds what
+    :func:`remove` may take out (:class:`Index`), for every run, a fork, to start with."""
+    global INDEX
+    INDEX = Index.of_torch()
 
 
 def remove(absent: dict) -> None:

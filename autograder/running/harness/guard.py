@@ -37,6 +37,7 @@ modules named above.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -130,8 +131,11 @@ def own_classes() -> list[type]:
             for value in vars(module).values() if isinstance(value, type) and value.__module__ == name]
 
 
+@functools.cache
 def trusted_code() -> frozenset[types.CodeType]:
-    """The grader's own code objects in this process: this package's and the probes'."""
+    """The grader's own code objects in this process: this package's and the probes'. Found once,
+    in the server (:func:`prepare`), whose forks, the runs, all load the same modules before any
+    student code runs."""
     objects = [value for name, module in list(sys.modules.items()) if _own(name)
                for value in vars(module).values()]
     return frozenset(_codes(objects))

@@ -180,7 +180,9 @@ def run_cell(shell, cell: dict, send) -> None:
 
 
 def _shell() -> InteractiveShell:
-    """An IPython shell without its history, which would write in a thread of its own."""
+    """An IPython shell without its history, which would write in a thread of its own. It is made
+    once, in the server (:func:`warm_up`), and every run, a fork, starts with its own copy as it
+    was made: no cell has run in it, and what one run does to its copy dies with that run."""
     config = Config()
     config.HistoryManager.enabled = False
     return InteractiveShell.instance(config=config)
@@ -240,7 +242,11 @@ class _Tiny(torch.nn.Module):
 def warm_up() -> None:
     """Imports what the course's notebooks use and probes a small module once, traced, so that
     every forked run starts with torch's lazy set-up done (a probe's first call alone imports
-    sympy, and the first traced call sets up Python dispatch)."""
+    sympy, and the first traced call sets up Python dispatch). Then it makes what every run starts
+    from and would otherwise make again: the guards of the trace's switches, the IPython shell,
+    the refused functions (:func:`refusals.prepare`) and the index of what an item may take out
+    of torch (:func:`absence.prepare`). The run's own checks (the audit hook,
+    the snapshot, ctypes disarmed) are still made in each run, before its first cell."""
     import matplotlib.pyplot  # noqa: F401
     import numpy  # noqa: F401
 
@@ -253,5 +259,8 @@ def warm_up() -> None:
     x = torch.ones(2, 3, 4, requires_grad=True)
     torch.autograd.grad(torch.vmap(lambda t: torch.einsum("qd,kd->qk", t, t))(x).sum(), x)
     guard.prepare(probe.__code__)
+    _shell()
+    refusals.prepare()
+    absence.prepare()  # last: it lists what the server holds once everything above is done
 
 

@@ -1,0 +1,171 @@
+"""Where a submission's grading time goes: each step's share of the whole.
+
+    .venv/bin/python benchmarks/submission_profile.py [ASSIGNMENT] [--students 40] [--workers 1]
+
+The class is :mod:`benchmarks.grader_speed`'s (the solution, the blank release, the solution with
+its first answer blanked, in rotation), graded through ``pipeline.grade_and_record`` as
+``autograder grade`` grades it. The grader's own functions are timed by wrapping them here (the
+code under measure is not changed); each moment is charged to the innermost step running, so the
+steps add up to the whole. Inside the sandbox, the run's journal gives the times (the server's
+clock): from the request to the run's ``ready`` line (the server empties its folders), from there
+to the first cell (fork, namespaces and the run's own start), each cell, each probe, the gaps
+between steps (frames of records and journal lines), and from ``done`` to the server's answer (the
+run's end and the server's clean-up). The first request of each sandbox also waits for its start
+(Python and torch imported): that is ``sandbox start``, paid once per worker.
+
+With one worker (the default) the steps follow each other, and the shares are of the class's
+whole wall-clock time. With more, the steps of the workers overlap, and each share is of the sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from autograder.judging import grading  # noqa: E402
+from autograder.reading import assignment as assignment_module  # noqa: E402
+from autograder.reading.config import load_settings  # noqa: E402
+from autograder.reading.course import Course  # noqa: E402
+from autograder.recording import feedback, pipeline, record  # noqa: E402
+from autograder.running import journal, runner, sandbox  # noqa: E402
+from benchmarks.grader_speed import make_class  # noqa: E402
+
+
+class Clock:
+    """Seconds charged to each step; a thread's moment goes to the innermost step it is in."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.local = threading.local()
+        self.lock = threading.Lock()
+
+    def charge(self, step: str, seconds: float) -> None:
+        with self.lock:
+            self.seconds[step] += seconds
+
+    def timed(self, step: str | None, function):
+        """``function``, its own time (less that of the steps inside it) charged to ``step``; with
+        ``step`` None, charged to nothing (``function`` charges its time itself)."""
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            stack = self.local.__dict__.setdefault("stack", [])
+            if stack:
+                self._pause(stack[-1])
+            stack.append([step, time.perf_counter()])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._pause(stack.pop())
+                if stack:
+                    stack[-1][1] = time.perf_counter()
+
+        return wrapper
+
+    def _pause(self, frame: list) -> None:
+        now = time.perf_counter()
+        if frame[0] is not None:
+            self.charge(frame[0], now - frame[1])
+        frame[1] = now
+
+
+def split_request(clock: Clock, request):
+    """``Session.request``, its time split by the run's journal into the steps the module names."""
+
+    @functools.wraps(request)
+    def wrapper(session, line, seconds, watch=None):
+        first = not getattr(session, "profiled", False)
+        session.profiled = True
+        sent = time.time()
+        reply = request(session, line, seconds, watch)
+        answered = time.time()
+        events = journal.parse(session.read(f"{runner.MOUNTS['out']}/journal.jsonl"))
+        if not events or events[0].get("run") != line.split()[-1]:
+            clock.charge("sandbox: a run that never began", answered - sent)
+            return reply
+        for step, seconds in journal_steps(events, sent, answered):
+            clock.charge("sandbox start" if first and step == "run: request to ready" else step, seconds)
+        return reply
+
+    return wrapper
+
+
+def journal_steps(events: list[dict], sent: float, answered: float) -> list[tuple[str, float]]:
+    """The spans of one run, by the times of its journal's lines."""
+    spans, mark, open_step = [("run: request to ready", events[0]["time"] - sent)], events[0]["time"], None
+    first_step = True
+    for event in events[1:]:
+        name, at = event["event"], event["time"]
+        if name in ("cell_start", "probe_start"):
+            spans.append(("run: fork, namespaces, start" if first_step else "run: frames and journal", at - mark))
+            first_step, open_step = False, (f"probe {event['probe']}" if name == "probe_start" else "cells")
+            mark = at
+        elif name in ("cell_end", "probe_end") and open_step:
+            spans.append((open_step, at - mark))
+            open_step, mark = None, at
+        elif name == "done":
+            spans.append(("run: frames and journal", at - mark))
+            mark = at
+    spans.append(("run: end and clean-up", answered - mark))
+    return spans
+
+
+STEPS = {
+    "class: load checks and reference": (assignment_module.Assignment, "load"),
+    "preflight": (grading, "preflight"),
+    "plan": (runner, "plan_of"),
+    "plan: inputs written": (runner.Worker, "run"),
+    "frames and journal: read back": (runner.Attempts, "record"),
+    "judging": (grading, "judge_item"),
+    "recording: report": (pipeline, "write_report"),
+    "recording: gradebook": (record, "record_in_gradebook"),
+    "recording: gradebook opened and committed, CSV": (pipeline, "record_class"),
+    "class: the gradebook knows the assignment": (record, "ensure_assignment_in_gradebook"),
+    "pages: autograded notebook": (record, "write_autograded"),
+    "pages: feedback": (feedback, "write_feedback"),
+}
+
+
+def instrument(clock: Clock) -> None:
+    """Wraps each step of :data:`STEPS` and the sandbox's request where the grader calls them."""
+    for step, (owner, name) in STEPS.items():
+        setattr(owner, name, clock.timed(step, getattr(owner, name)))
+    sandbox.Session.request = clock.timed(None, split_request(clock, sandbox.Session.request))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignment", nargs="?", default="02_multihead_attention")
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    clock = Clock()
+    instrument(clock)
+    with tempfile.TemporaryDirectory(prefix="profile-") as folder:
+        root = Path(folder)
+        make_class(root, args.assignment, args.students)
+        course = Course(root, load_settings(root, workers=args.workers))
+        start = time.perf_counter()
+        pipeline.grade_and_record(course, args.assignment)
+        whole = time.perf_counter() - start
+    if args.workers == 1:  # what no step above holds: the pipeline's glue, and the threads' hand-overs
+        clock.charge("other", whole - sum(clock.seconds.values()))
+    total = sum(clock.seconds.values())
+    print(f"{args.assignment}: {args.students} submissions, {args.workers} worker(s), {whole:.2f} s "
+          f"({whole / args.students * 1000:.0f} ms per submission)")
+    print(f"{'step':48s} {'ms/submission':>13s} {'share':>7s}")
+    for step, seconds in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
+        print(f"{step:48s} {seconds / args.students * 1000:13.1f} {seconds / total:7.1%}")
+
+
+if __name__ == "__main__":
+    main()
