@@ -6,6 +6,7 @@ both change that process for good; what stays allowed keeps working."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -66,13 +67,17 @@ ALLOWED = {"exp": "torch.exp(x)", "matmul": "x @ x.T", "logsumexp": "torch.logsu
            "a MultiheadAttention built": "torch.nn.MultiheadAttention(4, 2)"}
 
 
-def routes_after(forbids: str, routes: dict[str, str], attack: str = "") -> dict[str, str]:
+def routes_after(forbids: str, routes: dict[str, str], attack: str = "", prepared: bool = False) -> dict[str, str]:
+    """What each route gives after the run took out ``forbids``; ``prepared``: through the index that
+    the warm server makes (``absence.prepare``), as a grading run does, rather than a walk of torch."""
     calls = "".join(f"attempt({label!r}, lambda: {call})\n" for label, call in routes.items())
     out = run(textwrap.dedent(f'''
         import torch
         from transformer_lm import forbidding
         from autograder.reading.forbidden import absent_from_run
         from harness import absence
+        if {prepared}:
+            absence.prepare()
         absence.remove(absent_from_run({forbids}))
         {attack}
         x = torch.randn(3, 4)
@@ -80,12 +85,67 @@ def routes_after(forbids: str, routes: dict[str, str], attack: str = "") -> dict
     return dict(line.rsplit(" ", 1) for line in out.splitlines())
 
 
-def test_every_route_to_a_forbidden_softmax_or_attention_raises_and_the_rest_runs():
+@pytest.mark.parametrize("prepared", [False, True], ids=["walked", "indexed"])
+def test_every_route_to_a_forbidden_softmax_or_attention_raises_and_the_rest_runs(prepared):
     got = routes_after("forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION",
-                       {**SOFTMAX_ROUTES, **ATTENTION_ROUTES, **ALLOWED})
+                       {**SOFTMAX_ROUTES, **ATTENTION_ROUTES, **ALLOWED}, prepared=prepared)
     assert {label: got[label] for label in ALLOWED} == dict.fromkeys(ALLOWED, "ran")
     ran = [label for label in {**SOFTMAX_ROUTES, **ATTENTION_ROUTES} if got[label] == "ran"]
     assert not ran, f"these reached a forbidden call: {ran}"
+
+
+TAKEN_OUT = '''
+import json, os, sys, types
+import torch
+from transformer_lm import forbidding
+from autograder.reading.forbidden import absent_from_run
+from harness import absence
+absent = absent_from_run(forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION)
+fragments = absent["fragments"]
+refusal = absence._refuse("x").__code__
+def refused(value):
+    return isinstance(value, types.FunctionType) and value.__code__ is refusal
+def named(value):
+    return isinstance(getattr(value, "__name__", None), str) and any(f in value.__name__ for f in fragments)
+def functions(chosen):
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("torch") and isinstance(module, types.ModuleType):
+            for attribute, value in list(vars(module).items()):
+                forward = vars(value).get("forward") if isinstance(value, type) else None
+                if chosen(value, forward):
+                    found.append(f"{name}.{attribute}")
+    return sorted(found)
+def tables(chosen):
+    return sorted(f"{number} {operator}" for number, table in enumerate(absence._decomposition_tables())
+                  for operator, value in table.items() if chosen(str(operator), value))
+absence.prepare()
+wanted = (functions(lambda value, forward: isinstance(value, types.FunctionType) and named(value)
+                    or isinstance(value, type) and forward is not None and named(value)),
+          tables(lambda operator, value: any(f in operator for f in fragments) or named(value)))
+for indexed in (True, False):
+    if os.fork() == 0:
+        absence.INDEX = absence.INDEX if indexed else None
+        current = absence.INDEX is not None and absence.INDEX.modules == len(sys.modules)
+        absence.remove(absent)
+        taken = (functions(lambda value, forward: refused(value) or refused(forward)),
+                 tables(lambda operator, value: refused(value)))
+        print(json.dumps([current, *wanted, *taken]), flush=True)
+        os._exit(0)
+    os.wait()
+'''
+
+
+def test_the_servers_index_takes_out_what_the_rule_names():
+    """The index the warm server makes once finds, by name, the very functions, classes and
+    decomposition entries of torch whose names hold a forbidden fragment, found here by a walk of
+    every module of torch of the test's own: taken out through the index, as a grading run does,
+    and through the index made again in a run that loaded more modules than the server."""
+    lines = [json.loads(line) for line in run(TAKEN_OUT).splitlines()]
+    assert [line[0] for line in lines] == [True, False]   # the first run takes the server's index
+    for _, wanted_functions, wanted_tables, functions, tables in lines:
+        assert len(wanted_functions) > 50 and len(wanted_tables) > 10
+        assert (functions, tables) == (wanted_functions, wanted_tables)
 
 
 def test_a_run_that_forbids_only_attention_keeps_softmax():

@@ -141,6 +141,42 @@ def test_a_run_reaches_neither_the_server_nor_the_runs_after_it(worker):
     assert worker.session.alive and worker._served == 2  # the same warm server served both
 
 
+TOUCH_THE_SHELL = """
+import builtins, sys
+shell = get_ipython()
+LEFT_IN_THE_NAMESPACE = "answers of the first student"
+shell.input_transformers_post.append(lambda lines: ["LEFT_BY_A_TRANSFORMER = 1\\n"] + lines)
+shell.events.register("pre_run_cell", lambda *args: setattr(builtins, "LEFT_BY_AN_EVENT", 1))
+builtins.LEFT_IN_BUILTINS = 1
+sys.modules["left_module"] = type(sys)("left_module")
+"""
+LOOK_AT_THE_SHELL = """
+import builtins, sys
+shell = get_ipython()
+print("SHELL", sorted([name for name in ("LEFT_IN_THE_NAMESPACE", "LEFT_BY_A_TRANSFORMER") if name in shell.user_ns]
+                      + [name for name in ("LEFT_IN_BUILTINS", "LEFT_BY_AN_EVENT") if hasattr(builtins, name)]
+                      + [name for name in ("left_module",) if name in sys.modules]),
+      len(shell.input_transformers_post), shell.execution_count)
+"""
+
+
+def test_a_run_starts_from_the_shell_as_the_server_made_it(worker):
+    """The IPython shell is made once, in the server (``harness.run.warm_up``), and each run is a
+    fork of it: what one run does to the shell (its namespace, an input transformer, an event
+    callback, builtins, a module) is gone in the next, which starts at the same execution count.
+    The first run looks for it all in its own second cell: that control proves the search sees it."""
+    errors, output = run(worker, "pass", LOOK_AT_THE_SHELL)
+    assert errors == []
+    first = output.split("SHELL", 1)[1].split()
+    errors, output = run(worker, TOUCH_THE_SHELL, LOOK_AT_THE_SHELL)
+    assert errors == [], output
+    control = output.split("SHELL", 1)[1]
+    assert all(name in control for name in ("LEFT_IN_THE_NAMESPACE", "LEFT_BY_A_TRANSFORMER", "LEFT_IN_BUILTINS",
+                                           "LEFT_BY_AN_EVENT", "left_module")), control
+    errors, output = run(worker, "pass", LOOK_AT_THE_SHELL)
+    assert errors == [] and first[0] == "[]" and output.split("SHELL", 1)[1].split() == first, (first, output)
+
+
 PIPES = """
 import fcntl, os
 for fd in (1, 2):
