@@ -102,8 +102,7 @@ def _forbidden_call(item: Item, outcome: runner.ProbeOutcome, own: int | None, a
         return None
     owner = next((cell for cell in outcome.absent_from if cell in answer_cells), None)
     if owner in charged and owner != own:
-        return replace(failed, message="It calls an earlier answer that calls the library version of what that "
-                                       "exercise asks you to write, which is absent while this item is graded.")
+        return replace(failed, message=render(OUTCOME["forbidden_earlier"]))
     flag = (f"Forbidden call: while answer {item.answer_id!r} was checked, it called a library function that "
             "the item forbids, which is absent from the run that checks it.")
     if flag not in flags:

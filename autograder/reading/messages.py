@@ -92,6 +92,8 @@ OUTCOME = {
                      "them).",
     "forbidden_absent": "While it was checked, the answer called the library version of what this exercise asks you "
                         "to write yourself ({calls:names}, which is not available while the item is graded).",
+    "forbidden_earlier": "It calls an earlier answer that calls the library version of what that exercise asks you to "
+                         "write, which is absent while this item is graded.",
     "stopped": "The grader stopped the run: {why:reason}.",
     "not_written": f"{NOT_WRITTEN}: the answer still raises NotImplementedError.",
 }
