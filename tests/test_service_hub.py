@@ -634,7 +634,7 @@ def test_only_the_roster_gets_checks_and_one_added_gets_in_without_a_restart(hub
     outsider, before, service = hub_tools.OUTSIDER, len(rows(hub)), hub.service_pid()
     oscar, alice = hub.token_for(outsider), hub.token_for("alice")
     add = f"nbgrader db student add {outsider}"
-    refused = send(hub, oscar, SOLUTION)
+    refused = send(hub, oscar, {"cells": []})  # a small body: refused from the headers (see below)
     assert refused.status_code == 403 and add in refused.json()["message"], refused.text
     home = requests.get(hub.service, headers={"Authorization": f"token {oscar}"}, timeout=60)
     assert home.status_code == 403 and add in home.text and "roster" in home.text
@@ -647,10 +647,16 @@ def test_only_the_roster_gets_checks_and_one_added_gets_in_without_a_restart(hub
 
     subprocess.run([sys.executable, "-m", "nbgrader", "db", "student", "add", outsider], cwd=hub.course,
                    env=nbgrader_env(), check=True, capture_output=True)
+    # Asked by the home page, which has no body: a refused POST's 100 KB may still be on its way through
+    # the Hub's proxy when the service answers from the headers, and the proxy may answer 503 in its
+    # place (docs/service.md).
     deadline = time.monotonic() + FRESH_SECONDS + 30
-    while (taken := send(hub, oscar, SOLUTION)).status_code == 403:
-        assert time.monotonic() < deadline, taken.text
+    while (home := requests.get(hub.service, headers={"Authorization": f"token {oscar}"}, timeout=60)
+           ).status_code == 403:
+        assert time.monotonic() < deadline, home.text
         time.sleep(0.5)
+    assert home.status_code == 200 and "roster" not in home.text, home.text
+    taken = send(hub, oscar, SOLUTION)
     assert taken.status_code == 202, taken.text
     assert answered(hub, oscar, taken.json()["id"])["score"] == 10
     assert hub.service_pid() == service

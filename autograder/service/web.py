@@ -228,6 +228,14 @@ class RequestsAPI(Handler):
         self.body = Body(self.service.bodies, intake.body_limit(self.max_bytes), declared)
         self.request.connection.set_max_body_size(self.body.limit + THROWN_AWAY)
 
+    def write_error(self, status_code: int, **kwargs) -> None:
+        """A refusal before the body was read ends its connection (tornado closes it, the body unread):
+        the answer says so (``Connection: close``), so that the Hub's proxy does not send the next
+        request, anyone's, down that connection and answer it 503 when it finds it closed."""
+        if not self.posted:
+            self.set_header("Connection", "close")
+        super().write_error(status_code, **kwargs)
+
     def check_xsrf_cookie(self) -> None:
         """The Hub calls this as it identifies a cookie's user, in ``prepare()``; a form sends the
         token in its body, which is not read yet, so the check is owed (:meth:`check_form_xsrf`)."""
