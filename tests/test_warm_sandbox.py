@@ -153,11 +153,12 @@ sys.modules["left_module"] = type(sys)("left_module")
 LOOK_AT_THE_SHELL = """
 import builtins, sys
 shell = get_ipython()
-print("SHELL", sorted([name for name in ("LEFT_IN_THE_NAMESPACE", "LEFT_BY_A_TRANSFORMER") if name in shell.user_ns]
-                      + [name for name in ("LEFT_IN_BUILTINS", "LEFT_BY_AN_EVENT") if hasattr(builtins, name)]
-                      + [name for name in ("left_module",) if name in sys.modules]),
-      len(shell.input_transformers_post), shell.execution_count)
+print("SHELL", [sorted([name for name in ("LEFT_IN_THE_NAMESPACE", "LEFT_BY_A_TRANSFORMER") if name in shell.user_ns]
+                       + [name for name in ("LEFT_IN_BUILTINS", "LEFT_BY_AN_EVENT") if hasattr(builtins, name)]
+                       + [name for name in ("left_module",) if name in sys.modules]),
+               len(shell.input_transformers_post), shell.execution_count])
 """
+LEFT = ["LEFT_BY_AN_EVENT", "LEFT_BY_A_TRANSFORMER", "LEFT_IN_BUILTINS", "LEFT_IN_THE_NAMESPACE", "left_module"]
 
 
 def test_a_run_starts_from_the_shell_as_the_server_made_it(worker):
@@ -166,15 +167,12 @@ def test_a_run_starts_from_the_shell_as_the_server_made_it(worker):
     callback, builtins, a module) is gone in the next, which starts at the same execution count.
     The first run looks for it all in its own second cell: that control proves the search sees it."""
     errors, output = run(worker, "pass", LOOK_AT_THE_SHELL)
-    assert errors == []
-    first = output.split("SHELL", 1)[1].split()
+    first = printed(output, "SHELL")
+    assert errors == [] and first[0] == [], output
     errors, output = run(worker, TOUCH_THE_SHELL, LOOK_AT_THE_SHELL)
-    assert errors == [], output
-    control = output.split("SHELL", 1)[1]
-    assert all(name in control for name in ("LEFT_IN_THE_NAMESPACE", "LEFT_BY_A_TRANSFORMER", "LEFT_IN_BUILTINS",
-                                           "LEFT_BY_AN_EVENT", "left_module")), control
+    assert errors == [] and printed(output, "SHELL")[0] == LEFT, output
     errors, output = run(worker, "pass", LOOK_AT_THE_SHELL)
-    assert errors == [] and first[0] == "[]" and output.split("SHELL", 1)[1].split() == first, (first, output)
+    assert errors == [] and printed(output, "SHELL") == first, (first, output)
 
 
 PIPES = """
