@@ -48,6 +48,7 @@ from transformer_lm import grader_check
 
 pytestmark = pytest.mark.timeout(1800)  # the first run test sets up the kit's environment and runs every notebook
 ROOT = tools.REPO_ROOT
+SOLVED_ONLY = "each row sums to 1"   # a comment of context_vectors' answer, which the release does not have
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir())
 
 
@@ -314,17 +315,20 @@ def test_a_student_walks_the_kit_in_jupyterlab(page, course_folder, tmp_path):
             raise
 
 
-def saved_with(path: Path, text: str) -> None:
-    """Waits until JupyterLab's save of the notebook at ``path`` is whole and holds ``text``: the tab
-    is clean as soon as the save is sent, while the file may still be half written."""
+def saved_with(path: Path, text: str, since: int) -> None:
+    """Waits until a save of the notebook at ``path`` that JupyterLab made after the moment ``since``
+    (the file's ``st_mtime_ns`` before it) is whole and holds ``text``: the tab is clean as soon as
+    the save is sent, while the file may still be half written; and a tab that was clean already
+    (the grader's check saves too) says nothing about the save just asked for."""
     deadline = time.monotonic() + browser_tools.UI_S
     while True:
         try:
-            if any(text in "".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]):
+            if path.stat().st_mtime_ns != since and any(
+                    text in "".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]):
                 return
         except ValueError:
             pass
-        assert time.monotonic() < deadline, f"{path} was not saved with {text!r}"
+        assert time.monotonic() < deadline, f"{path} was not saved again with {text!r}"
         time.sleep(0.25)
 
 
@@ -372,16 +376,22 @@ def walk(page, base: str, token: str, folder: Path) -> None:
     assert grader_check.NOT_CONNECTED in told.locator("body").inner_text().replace("\n", " ")
     told.close()
 
-    # The answers all written (copied from the solution, the notebook reloaded from disk), nbgrader's
-    # Validate runs the notebook afresh and reports success. Saved first, so that reloading asks
-    # nothing; Validate saves the notebook before it runs it, so a stale page would fail.
+    # The answers all written (copied from the solution, the page loaded afresh), nbgrader's Validate
+    # runs the notebook in a fresh kernel and reports success. Validate saves the page's notebook before
+    # it runs it, so a stale page would fail: the page is reloaded whole, as a student reopening the
+    # notebook, and shows an answer only the solution has before Validate is pressed. The save asked
+    # for is awaited on disk: the grader's check had saved already, and the menu's save, still on its
+    # way, once wrote the typed notebook over the solved one.
+    before = (folder / NOTEBOOK_PATH).stat().st_mtime_ns
     browser_tools.menu(page, "File", "Save Notebook")
     page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached")
-    saved_with(folder / NOTEBOOK_PATH, "exps = torch.exp(shifted)")   # the fix, typed in
-    nbformat.write(tools.filled_in(ROOT / "release" / "01_attention_basics" / "attention_basics.ipynb",
-                                   solved), folder / NOTEBOOK_PATH)
-    browser_tools.menu(page, "File", "Reload Notebook from Disk")
-    page.locator(".jp-OutputArea-output", has_text="Correct").first.wait_for(state="detached")
+    saved_with(folder / NOTEBOOK_PATH, "exps = torch.exp(shifted)", since=before)   # the fix, typed in
+    release = ROOT / "release" / "01_attention_basics" / "attention_basics.ipynb"
+    assert SOLVED_ONLY not in release.read_text()
+    nbformat.write(tools.filled_in(release, solved), folder / NOTEBOOK_PATH)
+    page.reload()
+    page.locator(".jp-Cell", has_text=SOLVED_ONLY).wait_for(state="attached")
+    browser_tools.wait_idle(page)
     page.locator(".jp-NotebookPanel-toolbar .validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=120_000)   # nbgrader runs the whole notebook in a fresh kernel
