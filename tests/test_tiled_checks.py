@@ -10,10 +10,10 @@ import notebook_tools as tools
 from autograder.reading.course import Course, generator_for, load_items
 from live_checks import visible
 from transformer_lm import catalog
-from transformer_lm.instructor import mistakes, reference
+from transformer_lm.instructor import mistakes, reference, tiled_kinds
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
-from transformer_lm.instructor.kinds import judge_here
+from transformer_lm.instructor.kinds import backward_of, judge_here
 
 NONE = TilingFlaws()
 ASSIGNMENT = "05_efficient_attention"
@@ -152,3 +152,36 @@ def test_the_grader_names_every_mistake_of_the_values_in_the_forward_and_the_bac
         failed = next((verdict for verdict in verdicts if not verdict.passed), None)
         assert failed is not None, f"{grade_id} passes {mistake.name}"
         assert failed.mistake == mistake, f"{grade_id}: {failed.message}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_capped_checks_exact_values_by_blocks_are_exact_attentions(causal):
+    """``exact_by_query_blocks``, made for sizes where the whole score matrix does not fit, gives
+    what plain exact attention gives (its output and log-sum-exp, or with gradients its output and
+    the gradients of q, k and v): blocks of 7 queries, the causal ones held against only the keys up
+    to their last query, and fewer queries than keys."""
+    case = tiled_kinds.TileCase(batch=2, heads=3, seq_q=30, seq_k=37, dim=5, dim_v=6, block_q=8, block_k=8,
+                                causal=causal)
+    tensors = case.tensors(torch.Generator().manual_seed(3))
+    plain = tiled_kinds.exact_attention(tensors["q"], tensors["k"], tensors["v"], causal)
+    by_blocks = tiled_kinds.exact_by_query_blocks(tensors, causal, gradients=False, rows=7)
+    for name in ("output", "lse"):
+        torch.testing.assert_close(by_blocks[name], plain[name], rtol=1e-6, atol=1e-6)
+    with_gradients = tiled_kinds.exact_by_query_blocks(tensors, causal, gradients=True, rows=7)
+    torch.testing.assert_close(with_gradients["output"], plain["output"], rtol=1e-6, atol=1e-6)
+    for name, gradient in tiled_kinds.exact_gradients(tensors, causal).items():
+        torch.testing.assert_close(with_gradients[name], gradient, rtol=1e-6, atol=1e-6)
+
+
+def test_backward_of_gives_the_gradients_of_backward_bit_for_bit():
+    """The grader's references back-propagate through a scalar (``backward_of``), which spares the
+    grader sympy's import; the gradients are those of ``output.backward(grad_output)`` exactly."""
+    generator = torch.Generator().manual_seed(5)
+    x, weight, grad_output = (torch.randn(shape, generator=generator) for shape in ((4, 9, 6), (6, 6), (4, 9, 6)))
+    grads = []
+    for through_a_scalar in (False, True):
+        leaves = [x.clone().requires_grad_(), weight.clone().requires_grad_()]
+        output = torch.softmax(leaves[0] @ leaves[1], dim=-1) * leaves[0]
+        backward_of(output, grad_output) if through_a_scalar else output.backward(grad_output)
+        grads.append([leaf.grad for leaf in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

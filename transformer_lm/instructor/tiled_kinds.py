@@ -16,6 +16,7 @@ import torch
 
 from transformer_lm import catalog
 from transformer_lm.instructor import mistakes
+from transformer_lm.instructor.kinds import backward_of
 from transformer_lm.instructor import reference
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import Computed, RecordJudge, overflowing
@@ -170,7 +171,7 @@ def exact_gradients(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str,
     leaves = {name: tensors[name].double().requires_grad_(True) for name in "qkv"}
     mask = reference.causal_mask(leaves["q"].shape[-2], leaves["k"].shape[-2]) if causal else None
     scores = reference.apply_mask(reference.attention_scores(leaves["q"], leaves["k"]), mask)
-    (reference.masked_softmax(scores) @ leaves["v"]).backward(tensors["grad_output"].double())
+    backward_of(reference.masked_softmax(scores) @ leaves["v"], tensors["grad_output"].double())
     return {f"grad.{name}": leaf.grad.float() for name, leaf in leaves.items()}
 
 
@@ -212,14 +213,22 @@ def exact_by_query_blocks(tensors: dict[str, torch.Tensor], causal: bool, gradie
                           rows: int = 512) -> dict[str, torch.Tensor]:
     """:func:`exact_attention` (or with ``gradients`` the output and :func:`exact_gradients`) at a
     capped check's size, where the whole score matrix would not fit in the grader's memory either:
-    the same float64 sums, ``rows`` queries at a time against every key, in float32. Under the
-    causal mask, a block's queries are held against the keys up to its last query's: the keys after
-    them are masked for every query of the block, so they add nothing, and skipping them halves the
-    work (this is made once per class, in the grader's own time). It shares no code with the tiled
-    reference, so a mistake of the tiling could not hide in both."""
+    the same float64 sums, ``rows`` queries at a time against every key, in float32. It shares no
+    code with the tiled reference, so a mistake of the tiling could not hide in both.
+
+    It is made once per class, in the grader's own time, over 67 million scores, so it walks them
+    as few times as it can (``tests/test_tiled_checks.py`` holds it to the plain versions):
+
+    * under the causal mask, a block's queries are held against the keys up to its last query's
+      (the keys after them are masked for every query of the block, so they add nothing);
+    * no row is empty (each query sees at least its own key), so the softmax needs no guard for one;
+    * without gradients, the softmax is written out in place, and the log-sum-exp comes from its
+      own maximum and sum."""
     leaves = {name: tensors[name].double().requires_grad_(gradients) for name in "qkv"}
     q, k, v = leaves.values()
     seq_q, seq_k = q.shape[-2], k.shape[-2]
+    if causal and seq_q > seq_k:
+        raise ValueError(f"{seq_q} queries against {seq_k} keys under the causal mask leave rows empty")
     mask = reference.causal_mask(seq_q, seq_k) if causal else None
     outputs, lses = [], []
     for start in range(0, seq_q, rows):
@@ -228,11 +237,15 @@ def exact_by_query_blocks(tensors: dict[str, torch.Tensor], causal: bool, gradie
         with torch.set_grad_enabled(gradients):
             scores = reference.apply_mask(reference.attention_scores(q[..., block, :], k[..., keys, :]),
                                           None if mask is None else mask[block, keys])
-            out = reference.masked_softmax(scores) @ v[..., keys, :]
         if gradients:
-            out.backward(tensors["grad_output"][..., block, :].double())
+            out = torch.softmax(scores, dim=-1) @ v[..., keys, :]
+            backward_of(out, tensors["grad_output"][..., block, :].double())
         else:
-            lses.append(torch.logsumexp(scores, dim=-1))
+            top = scores.amax(dim=-1, keepdim=True)
+            exponentials = scores.sub_(top).exp_()            # (..., rows, keys), the scores no longer needed
+            total = exponentials.sum(dim=-1, keepdim=True)
+            out = (exponentials @ v[..., keys, :]) / total
+            lses.append((top + total.log()).squeeze(-1))
         outputs.append(out.detach())
     found = {"output": torch.cat(outputs, dim=-2).float()}
     if gradients:
