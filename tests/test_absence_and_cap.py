@@ -167,44 +167,55 @@ def test_what_holds_the_kernels_out_cannot_be_undone_from_python(attack):
     assert got == {"torch.softmax": "Absent", "sdpa": "Absent"}
 
 
+CAPPED = textwrap.dedent('''
+    from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL as C, MEMORY_CAP
+    T, SCORES = C.seq_q, C.seq_q * C.seq_k * 4     # the capped checks' size; its float32 score matrix in bytes
+''')
+"""What the tests below take from the capped checks: their size and their cap."""
+
+
 def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not():
     out = run(textwrap.dedent('''
         import mmap, os, resource, numpy, torch
         from transformer_lm.sandboxed import memory_cap
-        memory_cap.cap(48 * 2**20)
-    ''') + TRY + '''
-attempt("a T x T float32 matrix", lambda: torch.empty(8192, 8192))
-attempt("a T x T boolean mask", lambda: torch.ones(8192, 8192, dtype=torch.bool))
-attempt("a row of a query block", lambda: torch.empty(2048, 8192))
-attempt("a T x T float16 matrix", lambda: torch.empty(8192, 8192, dtype=torch.float16))
-attempt("a raw storage", lambda: torch.UntypedStorage(2**28))
-attempt("complex128 viewed as float32", lambda: torch.empty(4096, 4096, dtype=torch.complex128).view(torch.float32))
-attempt("a NumPy array", lambda: numpy.ones((8192, 8192), numpy.float32))
-attempt("Python bytes", lambda: bytearray(200 * 2**20))
-attempt("a dict of tiles", lambda: {i: torch.empty(1024, 1024) for i in range(64)})
-attempt("a shared anonymous map", lambda: mmap.mmap(-1, 2**28))
+    ''') + CAPPED + "memory_cap.cap(MEMORY_CAP)\n" + TRY + '''
+attempt("a T x T float32 matrix", lambda: torch.empty(T, T))
+attempt("a T x T boolean mask", lambda: torch.ones(T, T, dtype=torch.bool))
+attempt("a row of a query block", lambda: torch.empty(C.block_q, T))
+attempt("a T x T float16 matrix", lambda: torch.empty(T, T, dtype=torch.float16))
+attempt("a raw storage", lambda: torch.UntypedStorage(SCORES))
+attempt("complex128 viewed as float32", lambda: torch.empty(T // 2, T // 2, dtype=torch.complex128).view(torch.float32))
+attempt("a NumPy array", lambda: numpy.ones((T, T), numpy.float32))
+attempt("Python bytes", lambda: bytearray(SCORES))
+attempt("a dict of tiles", lambda: {i: torch.empty(C.block_q, C.block_q) for i in range((T // C.block_q) ** 2)})
+attempt("a shared anonymous map", lambda: mmap.mmap(-1, SCORES))
 attempt("a file in /tmp", lambda: open("/tmp/scores-" + str(os.getpid()), "wb").write(bytes(2**20)))
 attempt("a memfd", lambda: os.write(os.memfd_create("scores"), bytes(2**20)))
 attempt("raising the cap", lambda: resource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40)))
-attempt("four tiles", lambda: [torch.empty(2048, 256) for _ in range(4)])
+attempt("four tiles", lambda: [torch.empty(C.block_q, 4 * C.block_k) for _ in range(4)])
 ''')
     got = dict(line.rsplit(" ", 1) for line in out.splitlines())
     assert got.pop("four tiles") == "ran"
     assert [label for label, status in got.items() if status == "ran"] == []
 
 
-def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_fits():
-    """Each 2048 x 64 tile freed while its row maxima stay alive: without the allocator set to unmap
-    freed blocks, glibc's heap grows by a tile each time (64 MiB over 128 tiles) and the honest pass
-    fails under the cap; with it, the pass fits, and the whole matrix still does not."""
+@pytest.mark.parametrize("own_mappings", [True, False])
+def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_fits(own_mappings):
+    """Each tile of a query block freed while its row maxima stay alive: without the allocator set to
+    unmap freed blocks (the control), glibc's heap grows by a tile each time and the honest pass fails
+    under the cap; with it, the pass fits, and the whole matrix still does not."""
     out = run(textwrap.dedent('''
         import torch
         torch.set_num_threads(1)
         from transformer_lm.sandboxed import memory_cap
-        q, k = torch.randn(2048, 4), torch.randn(8192, 4)
-        memory_cap.cap(48 * 2**20)
+    ''') + CAPPED + textwrap.dedent(f'''
+        q, k = torch.randn(C.block_q, C.dim), torch.randn(T, C.dim)
+        if not {own_mappings}:
+            memory_cap.OWN_MAPPING_BYTES = 32 * 2**20   # glibc's largest threshold
+        memory_cap.cap(MEMORY_CAP)
     ''') + TRY + '''
-attempt("row maxima of every tile kept", lambda: [(q @ k[s:s + 64].T).amax(-1) for s in range(0, 8192, 64)] * 2)
-attempt("the whole matrix", lambda: torch.empty(8192, 8192))
+attempt("row maxima of every tile kept", lambda: [(q @ k[s:s + C.block_k].T).amax(-1) for s in range(0, T, C.block_k)] * 2)
+attempt("the whole matrix", lambda: torch.empty(T, T))
 ''')
-    assert out.splitlines() == ["row maxima of every tile kept ran", "the whole matrix RuntimeError"]
+    kept = "ran" if own_mappings else "RuntimeError"
+    assert out.splitlines() == [f"row maxima of every tile kept {kept}", "the whole matrix RuntimeError"]

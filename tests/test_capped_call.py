@@ -13,16 +13,17 @@ import pytest
 import torch
 
 from transformer_lm import capped_call
-from transformer_lm.instructor.tiled_kinds import MEMORY_CAP
+from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL as CASE, MEMORY_CAP
 
 
 def tiled_row_maxima():
-    q, k = torch.randn(2048, 4), torch.randn(8192, 4)
-    return torch.stack([(q @ k[s:s + 64].T).amax(-1) for s in range(0, 8192, 64)]).amax(0)
+    """The row maxima of one query block's scores, a tile at a time, at the capped checks' size."""
+    q, k = torch.randn(CASE.block_q, CASE.dim), torch.randn(CASE.seq_k, CASE.dim)
+    return torch.stack([(q @ k[s:s + CASE.block_k].T).amax(-1) for s in range(0, CASE.seq_k, CASE.block_k)]).amax(0)
 
 
 def whole_matrix():
-    q, k = torch.randn(8192, 4), torch.randn(8192, 4)
+    q, k = torch.randn(CASE.seq_q, CASE.dim), torch.randn(CASE.seq_k, CASE.dim)
     return (q @ k.T).amax(-1)
 
 
@@ -30,7 +31,7 @@ def test_a_tiled_call_fits_and_its_value_comes_back_after_the_kernel_used_its_th
     a = torch.randn(1024, 1024)
     (a @ a).sum()   # the kernel's OpenMP workers in use, as after a notebook's benchmark
     got = capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60)
-    assert got.shape == (2048,)
+    assert got.shape == (CASE.block_q,)
 
 
 def test_the_whole_score_matrix_fails_under_the_cap_with_the_line_that_made_it():
@@ -46,7 +47,7 @@ def test_the_asking_process_keeps_its_limits_and_its_memory():
     with pytest.raises(capped_call.CappedCallRaised):
         capped_call.call_capped(whole_matrix, MEMORY_CAP, seconds=60)
     assert {kind: resource.getrlimit(kind) for kind in before} == before
-    assert whole_matrix().shape == (8192,)   # the kernel itself was never capped
+    assert whole_matrix().shape == (CASE.seq_q,)   # the kernel itself was never capped
 
 
 def test_raising_the_cap_from_inside_is_refused():
@@ -99,13 +100,13 @@ def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():
     """A kernel that ran a benchmark holds freed space in malloc's heap, which an allocation after
     the cap could take without mapping anything the cap counts: 240 MiB of it here (6 MiB blocks,
     served from the heap once an 8 MiB block was freed, and one kept above them), and a row of a
-    query block (64 MiB) must still fail."""
+    query block (more than the cap) must still fail."""
     freed = torch.empty(8 * 2**20 // 4)
     del freed                      # glibc now serves blocks under 8 MiB from its heap
     blocks = [torch.empty(6 * 2**20 // 4) for _ in range(40)]
     above = torch.empty(7 * 2**20 // 4)   # the heap cannot give the space back past it
     del blocks
     with pytest.raises(capped_call.CappedCallRaised, match="allocate"):
-        capped_call.call_capped(lambda: torch.ones(2048, 8192).sum(), MEMORY_CAP, seconds=60)
-    assert capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60).shape == (2048,)
+        capped_call.call_capped(lambda: torch.ones(CASE.block_q, CASE.seq_k).sum(), MEMORY_CAP, seconds=60)
+    assert capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60).shape == (CASE.block_q,)
     del above
