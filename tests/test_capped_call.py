@@ -2,6 +2,7 @@
 (:mod:`transformer_lm.capped_call`): what fits comes back, what does not fails with the answer's
 line, and the kernel that asked is never capped, killed or left waiting."""
 
+import mmap
 import os
 import resource
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy
 import pytest
 import torch
 
@@ -94,6 +96,21 @@ def test_a_capped_call_starts_no_process():
     assert isinstance(raised.value.error, PermissionError)
     with pytest.raises(capped_call.CappedCallRaised, match="starts no process"):
         capped_call.call_capped(os.fork, MEMORY_CAP, seconds=30)
+
+
+def test_a_capped_call_maps_no_memory():
+    """A shared mapping counts against the address space only, whose margin would hold a row of a
+    query block's scores; the grader's runs map no memory either. A row in private memory, the
+    control, is refused by the cap itself."""
+    def row_in_a_shared_map():
+        kept = mmap.mmap(-1, CASE.block_q * CASE.seq_k * 4)
+        return numpy.frombuffer(kept, numpy.float32).size
+
+    with pytest.raises(capped_call.CappedCallRaised, match="maps no memory") as raised:
+        capped_call.call_capped(row_in_a_shared_map, MEMORY_CAP, seconds=30)
+    assert isinstance(raised.value.error, PermissionError)
+    with pytest.raises(capped_call.CappedCallRaised, match="allocate"):
+        capped_call.call_capped(lambda: torch.ones(CASE.block_q, CASE.seq_k).sum(), MEMORY_CAP, seconds=60)
 
 
 def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():

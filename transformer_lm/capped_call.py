@@ -5,7 +5,7 @@ The grader judges assignment 05's memory by a cap the kernel enforces
 cannot be allocated, and its values are judged. A visible check does the same in the student's
 kernel, but a cap there would last for the rest of the session. So the kernel forks: the child caps
 its own memory at what it holds now plus the check's ``extra`` bytes (and refuses to start a
-process, as the grader's runs do), makes the call, and sends back through a pipe what it returned,
+process or map memory, as the grader's runs do), makes the call, and sends back through a pipe what it returned,
 or what it raised with the answer's lines of its traceback. The kernel itself is never capped.
 
 A child that does not answer within :data:`SECONDS` is killed. What the call prints is shown after
@@ -69,7 +69,7 @@ def _outcome(function, extra: int) -> tuple:
     """``("returned", value)``, or ``("raised", error, where in the answer it arose)``, of
     ``function()`` under the cap; the error's own cause where it has one (the answer's error)."""
     memory_cap.cap(extra)
-    memory_cap.refuse_processes()
+    memory_cap.refuse_uncounted()
     try:
         return ("returned", function())
     except Exception as error:  # noqa: BLE001 - whatever the answer raised is its outcome

@@ -56,6 +56,10 @@ PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn
                             "subprocess.Popen", "pty.spawn"})
 """Audit events that start a process. A capped run starts none: each process would get a cap of its
 own, and together they could hold what one may not."""
+MAPPING_EVENTS = frozenset({"mmap.__new__"})
+"""Audit events that map memory. A shared mapping counts against ``RLIMIT_AS`` only, whose margin
+(:data:`AS_MARGIN`) would hold a row of a query block's scores at the capped checks' size; a
+capped call maps none, as a grading run maps none."""
 
 
 def _fill_free_heap(libc) -> None:
@@ -118,13 +122,16 @@ def in_use(kind: int, prot: int) -> int:
     return high - mmap.PAGESIZE
 
 
-def refuse_processes() -> None:
-    """From now on, starting a process by any of :data:`PROCESS_EVENTS` raises ``PermissionError``
-    (an audit hook, which no code can remove). The grader's runs refuse them in their own hook."""
+def refuse_uncounted() -> None:
+    """From now on, starting a process or mapping memory (any of :data:`PROCESS_EVENTS` and
+    :data:`MAPPING_EVENTS`) raises ``PermissionError`` (an audit hook, which no code can remove).
+    The grader's runs refuse them in their own hook."""
+    refused = PROCESS_EVENTS | MAPPING_EVENTS
+
     def refuse(event: str, args) -> None:
-        if event in PROCESS_EVENTS:
-            raise PermissionError(f"a call under the memory cap starts no process ({event}): each process would "
-                                  "have a cap of its own")
+        if event in refused:
+            raise PermissionError(f"a call under the memory cap starts no process and maps no memory ({event}): "
+                                  "what either holds would escape the cap")
     sys.addaudithook(refuse)
 
 

@@ -20,7 +20,7 @@ from .type_objects import freeze
 ATTACKS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
                      "sys._current_frames"})
 """Audit events only an attack raises (besides every ``ctypes.*`` event)."""
-REFUSED = memory_cap.PROCESS_EVENTS | {"_thread.start_new_thread", "mmap.__new__"}
+REFUSED = memory_cap.PROCESS_EVENTS | memory_cap.MAPPING_EVENTS | {"_thread.start_new_thread"}
 """Audit events a grading run refuses: a run makes no processes and no threads, and maps no memory
 (which no measure of what a call holds would count)."""
 FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
