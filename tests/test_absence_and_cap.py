@@ -175,10 +175,12 @@ CAPPED = textwrap.dedent('''
 
 
 def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not():
+    """Under the cap and the refusals a capped call has (no process, no mapped memory): the kernel
+    refuses the private forms, the audit hook the shared map, ``RLIMIT_FSIZE`` the files."""
     out = run(textwrap.dedent('''
         import mmap, os, resource, numpy, torch
         from transformer_lm.sandboxed import memory_cap
-    ''') + CAPPED + "memory_cap.cap(MEMORY_CAP)\n" + TRY + '''
+    ''') + CAPPED + "memory_cap.cap(MEMORY_CAP)\nmemory_cap.refuse_uncounted()\n" + TRY + '''
 attempt("a T x T float32 matrix", lambda: torch.empty(T, T))
 attempt("a T x T boolean mask", lambda: torch.ones(T, T, dtype=torch.bool))
 attempt("a row of a query block", lambda: torch.empty(C.block_q, T))

@@ -6,8 +6,9 @@ without ``CAP_SYS_RESOURCE`` may lower its limits, never raise them):
 * ``RLIMIT_DATA``: what it holds now, plus ``extra`` bytes. Every private writable mapping counts:
   PyTorch's tensors and raw storages, NumPy's arrays, Python's objects, in any dtype (a complex
   tensor viewed as float32 included), made in a cell or in a call;
-* ``RLIMIT_AS``: its address space now, plus ``extra`` and a margin for reservations, so that
-  shared mappings (which ``RLIMIT_DATA`` does not count) stay within the same bound;
+* ``RLIMIT_AS``: its address space now, plus ``extra`` and a margin for reservations
+  (:data:`AS_MARGIN`), which bounds shared mappings, which ``RLIMIT_DATA`` does not count (a
+  capped call makes none: :func:`refuse_uncounted`, and the runs' audit hook);
 * ``RLIMIT_FSIZE`` of 0: no file (a tmpfs file, a ``memfd``) can hold data, since file pages
   count against neither limit; and ``RLIMIT_NOFILE``, so pipes and sockets cannot either.
 
