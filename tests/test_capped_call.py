@@ -29,6 +29,11 @@ def whole_matrix():
     return (q @ k.T).amax(-1)
 
 
+def query_block_row():
+    """A whole row of scores for a block of queries, more than the cap, in private memory."""
+    return torch.ones(CASE.block_q, CASE.seq_k).sum()
+
+
 def test_a_tiled_call_fits_and_its_value_comes_back_after_the_kernel_used_its_threads():
     a = torch.randn(1024, 1024)
     (a @ a).sum()   # the kernel's OpenMP workers in use, as after a notebook's benchmark
@@ -110,7 +115,7 @@ def test_a_capped_call_maps_no_memory():
         capped_call.call_capped(row_in_a_shared_map, MEMORY_CAP, seconds=30)
     assert isinstance(raised.value.error, PermissionError)
     with pytest.raises(capped_call.CappedCallRaised, match="allocate"):
-        capped_call.call_capped(lambda: torch.ones(CASE.block_q, CASE.seq_k).sum(), MEMORY_CAP, seconds=60)
+        capped_call.call_capped(query_block_row, MEMORY_CAP, seconds=60)
 
 
 def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():
@@ -124,6 +129,6 @@ def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():
     above = torch.empty(7 * 2**20 // 4)   # the heap cannot give the space back past it
     del blocks
     with pytest.raises(capped_call.CappedCallRaised, match="allocate"):
-        capped_call.call_capped(lambda: torch.ones(CASE.block_q, CASE.seq_k).sum(), MEMORY_CAP, seconds=60)
+        capped_call.call_capped(query_block_row, MEMORY_CAP, seconds=60)
     assert capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60).shape == (CASE.block_q,)
     del above

@@ -5,8 +5,9 @@ The grader judges assignment 05's memory by a cap the kernel enforces
 cannot be allocated, and its values are judged. A visible check does the same in the student's
 kernel, but a cap there would last for the rest of the session. So the kernel forks: the child caps
 its own memory at what it holds now plus the check's ``extra`` bytes (and refuses to start a
-process or map memory, as the grader's runs do), makes the call, and sends back through a pipe what it returned,
-or what it raised with the answer's lines of its traceback. The kernel itself is never capped.
+process or map memory, as the grader's runs do), makes the call, and sends back through a pipe
+what it returned, or what it raised with the answer's lines of its traceback. The kernel itself is
+never capped.
 
 A child that does not answer within :data:`SECONDS` is killed. What the call prints is shown after
 it, and the child computes on one thread (see :func:`_child`). Forking needs Linux (``os.fork`` and
