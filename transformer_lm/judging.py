@@ -175,8 +175,13 @@ def overflow(name: str, got: torch.Tensor, expected: torch.Tensor, inputs: dict[
 
 
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    """The index of position ``flat`` of a tensor of ``shape`` (flattened)."""
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
+    """The index of position ``flat`` of a tensor of ``shape`` (flattened), in row-major order.
+    (Not ``torch.unravel_index``, whose first call imports sympy: 0.3 s of a grader's start.)"""
+    index = []
+    for size in reversed(shape):
+        flat, position = divmod(flat, size)
+        index.append(position)
+    return tuple(reversed(index))
 
 
 @dataclass
@@ -222,6 +227,14 @@ def identify_mistake(got: dict[str, torch.Tensor], candidates: dict[catalog.Mist
     return None
 
 
+def _possible(candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None, expected: dict[str, torch.Tensor],
+              rtol: float, atol: float) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
+    """The ``candidates`` that could be what went wrong: a mistake that gives the expected record on
+    these inputs cannot be. (Sorted out only for a failing record, which alone is compared with them.)"""
+    return {m: r for m, r in (candidates or {}).items()
+            if any(k in expected and difference(k, v, expected[k], rtol, atol) for k, v in r.items())}
+
+
 def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
           candidates: dict[catalog.Mistake, dict[str, torch.Tensor]] | None = None,
           rtol: float = RTOL, atol: float = ATOL, values: bool = True, labels: dict[str, str] | None = None,
@@ -232,9 +245,6 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
     that is not finite where it should be is named an overflow when ``inputs`` explain it
     (:func:`overflow`)."""
     order = sorted(expected, key=lambda k: (k != "output", k.startswith("grad."), k))
-    # A mistake that gives the expected record here cannot be what went wrong.
-    candidates = {m: r for m, r in (candidates or {}).items()
-                  if any(k in expected and difference(k, v, expected[k], rtol, atol) for k, v in r.items())}
     for key in order:
         label = (labels or {}).get(key) or (render(TEXTS["gradient_of"], name=key[len("grad."):])
                                             if key.startswith("grad.") else key)
@@ -244,7 +254,8 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
         if problem and key == "output" and inputs:
             problem = overflow(label, got[key], expected[key], inputs, values) or problem
         if problem:
-            return Verdict("failed", problem, identify_mistake(got, candidates, rtol, atol))
+            return Verdict("failed", problem, identify_mistake(got, _possible(candidates, expected, rtol, atol),
+                                                               rtol, atol))
     if _changes_between_calls(got, rtol, atol):
         return Verdict("failed", TEXTS["not_the_same_twice"],
                        catalog.BY_NAME["dropout_in_eval"])
