@@ -42,16 +42,19 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml jupyter-config/tr
 	install -D -m 644 jupyter-config/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
-# bubblewrap is the grader's sandbox. Installed when we may (root with apt-get);
-# otherwise the exact command is printed and the grader says what it falls back to.
+# bubblewrap is the grader's sandbox, and a C compiler builds the allocator of its capped runs
+# (autograder/running/kept_blocks.c). Installed when we may (root with apt-get); otherwise the
+# exact command is printed and the grader says what it falls back to.
 system-packages:
-	@command -v bwrap >/dev/null 2>&1 && exit 0; \
+	@command -v bwrap >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Installing bubblewrap (the grader's sandbox)..."; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  echo "Installing bubblewrap (the grader's sandbox) and gcc (the allocator of its capped runs)..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap gcc libc6-dev >/dev/null; \
 	else \
-	  echo "bubblewrap is missing. Install it with: sudo apt-get install bubblewrap"; \
-	  echo "(Until then the grader refuses to run student code unless given --unsafe-no-sandbox.)"; \
+	  command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap is missing. Install it with: sudo apt-get install bubblewrap"; \
+	    echo "(Until then the grader refuses to run student code unless given --unsafe-no-sandbox.)"; }; \
+	  command -v cc >/dev/null 2>&1 || { echo "A C compiler is missing. Install it with: sudo apt-get install gcc libc6-dev"; \
+	    echo "(Until then assignment 05 grades more slowly, and the tests of its allocator fail.)"; }; \
 	fi
 
 # Debian's chromium drives the browser tests (tests/test_student_kit.py and others, through Playwright; never

@@ -14,17 +14,27 @@ import textwrap
 import pytest
 
 import notebook_tools as tools
-from autograder.running import runner
+from autograder.running import kept_blocks, runner
 
 HARNESS = runner.HARNESS.parent
 """The folder the harness is imported from, as a run imports it (``from harness import ...``)."""
 
 
-def run(code: str) -> str:
-    """``code`` run in a fresh Python that imports the harness as a run does; its standard output."""
+ALLOCATORS = ("glibc", "kept blocks")
+"""A capped process's allocators: glibc's alone (the student's kit), or with the grader's
+allocator of large blocks loaded (:mod:`autograder.running.kept_blocks`, a grading run's)."""
+
+
+def run(code: str, allocator: str = "glibc") -> str:
+    """``code`` run in a fresh Python that imports the harness as a run does, with ``allocator``;
+    its standard output."""
     prelude = f"import sys\nsys.path[:0] = [{str(HARNESS)!r}, {str(tools.REPO_ROOT)!r}]\n"
-    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
-                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    if allocator == "kept blocks":
+        library = kept_blocks.library()
+        assert library is not None, "No C compiler built autograder/running/kept_blocks.c: apt-get install gcc"
+        env["LD_PRELOAD"] = str(library)
+    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -174,9 +184,11 @@ CAPPED = textwrap.dedent('''
 """What the tests below take from the capped checks: their size and their cap."""
 
 
-def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not():
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_under_the_cap_the_whole_score_matrix_in_any_form_is_refused_and_a_tile_is_not(allocator):
     """Under the cap and the refusals a capped call has (no process, no mapped memory): the kernel
-    refuses the private forms, the audit hook the shared map, ``RLIMIT_FSIZE`` the files."""
+    refuses the private forms, the audit hook the shared map, ``RLIMIT_FSIZE`` the files; with
+    the grader's allocator as without it."""
     out = run(textwrap.dedent('''
         import mmap, os, resource, numpy, torch
         from transformer_lm.sandboxed import memory_cap
@@ -195,13 +207,14 @@ attempt("a file in /tmp", lambda: open("/tmp/scores-" + str(os.getpid()), "wb").
 attempt("a memfd", lambda: os.write(os.memfd_create("scores"), bytes(2**20)))
 attempt("raising the cap", lambda: resource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40)))
 attempt("four tiles", lambda: [torch.empty(C.block_q, 4 * C.block_k) for _ in range(4)])
-''')
+''', allocator)
     got = dict(line.rsplit(" ", 1) for line in out.splitlines())
     assert got.pop("four tiles") == "ran"
     assert [label for label, status in got.items() if status == "ran"] == []
 
 
-def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_fits():
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_fits(allocator):
     """Each tile of a query block freed while its row maxima stay alive: with the allocator set to
     unmap freed blocks the pass fits, and the whole matrix still does not. (Without that setting,
     glibc's heap may grow by a tile each time, 64 MiB over 128 tiles: it did in four runs here and
@@ -216,5 +229,137 @@ def test_freed_tiles_are_given_back_so_an_honest_pass_that_keeps_small_results_f
     ''') + TRY + '''
 attempt("row maxima of every tile kept", lambda: [(q @ k[s:s + C.block_k].T).amax(-1) for s in range(0, T, C.block_k)] * 2)
 attempt("the whole matrix", lambda: torch.empty(T, T))
-''')
+''', allocator)
     assert out.splitlines() == ["row maxima of every tile kept ran", "the whole matrix RuntimeError"]
+
+
+FAULTS = textwrap.dedent('''
+    import resource, torch
+    torch.set_num_threads(1)
+    from transformer_lm.sandboxed import memory_cap
+''') + CAPPED + textwrap.dedent('''
+    memory_cap.cap(MEMORY_CAP)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(100):
+        torch.ones(C.block_q, C.block_k)   # a tile, freed at once
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+''')
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_the_graders_allocator_serves_a_freed_tile_again_without_faulting_it_in(allocator):
+    """Under the cap glibc maps each tile afresh, and the kernel faults in its 128 pages one by one;
+    the grader's allocator serves the freed one again."""
+    faults, pages = int(run(FAULTS, allocator)), 100 * C_TILE_PAGES
+    assert faults < pages / 10 if allocator == "kept blocks" else faults > pages * 0.9, faults
+
+
+C_TILE_PAGES = 2048 * 64 * 4 // 4096
+"""The pages of a tile at the capped size (2048 x 64 float32)."""
+
+GIVEN_BACK = textwrap.dedent('''
+    import ctypes, itertools, mmap, resource, numpy, torch
+    from transformer_lm.sandboxed import memory_cap
+''') + CAPPED + textwrap.dedent('''
+    memory_cap.cap(MEMORY_CAP)
+    kept = ctypes.CDLL(None).kept_blocks_kept
+    kept.restype = ctypes.c_size_t
+    MiB, SMALL = 2**20, 4000
+
+    def room():   # what the cap leaves, with no block kept: a refused allocation gives them back
+        try:
+            bytearray(2**40)
+        except MemoryError:
+            assert kept() == 0
+        data = mmap.PROT_READ | mmap.PROT_WRITE
+        return resource.getrlimit(resource.RLIMIT_DATA)[0] - memory_cap.in_use(resource.RLIMIT_DATA, data)
+
+    def keep():   # eight blocks of 1 MiB, held together, then freed
+        blocks = [torch.empty(MiB // 4) for _ in range(8)]
+        del blocks
+        return kept()
+
+    libc = ctypes.CDLL(None)
+    SIZES = [ctypes.c_size_t] * 2
+    for name, arguments in {"malloc": SIZES[:1], "calloc": SIZES, "aligned_alloc": SIZES,
+                            "realloc": [ctypes.c_void_p, ctypes.c_size_t]}.items():
+        getattr(libc, name).restype, getattr(libc, name).argtypes = ctypes.c_void_p, arguments
+
+    def many(make, count):   # the list first, so that only what it holds needs the kept blocks
+        made = [None] * count
+        for i in range(count):
+            made[i] = make()
+            if made[i] is None:
+                raise MemoryError("a C allocation gave NULL")
+        return made
+
+    FORMS = {   # each through one of the allocator's paths
+        "a tensor": lambda n: torch.empty(n // 4),                           # posix_memalign, served
+        "Python bytes": lambda n: b"x" * n,                                  # malloc, served
+        "a NumPy array of zeros": lambda n: numpy.zeros(n // 8),             # calloc, served
+        "small blocks by malloc": lambda n: many(lambda: libc.malloc(SMALL), n // SMALL),   # glibc's
+        "small blocks by calloc": lambda n: many(lambda: libc.calloc(1, SMALL), n // SMALL),
+        "small aligned blocks": lambda n: many(lambda: libc.aligned_alloc(64, SMALL), n // SMALL),
+        "small blocks by realloc": lambda n: many(lambda: libc.realloc(libc.malloc(16), SMALL), n // SMALL),
+        "small Python objects": lambda n: many(itertools.count(0.5).__next__, n // 24),   # Python's arenas
+        "a private map": lambda n: mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS),   # mmap
+    }
+    for label, make in FORMS.items():
+        free = room()
+        held = keep()
+        ballast = torch.empty((free - held - 3 * MiB) // 4)   # 3 MiB left beside the kept blocks
+        assert kept() == held
+        made = make(6 * MiB)
+        print(label, "ran", held // MiB)
+        del ballast, made
+    free = room()
+    held = keep()
+    try:
+        torch.empty((free + 2 * MiB) // 4)
+        print("more than the cap ran")
+    except RuntimeError:
+        print("more than the cap refused", kept())
+''')
+
+
+def test_kept_blocks_are_given_back_before_the_cap_refuses_anything():
+    """With 3 MiB left beside 7 MiB of kept blocks, 6 MiB in every form is served: the kept blocks
+    are given back first, so the cap refuses only what does not fit beside what is alive."""
+    lines = run(GIVEN_BACK, "kept blocks").splitlines()
+    assert lines[:-1] == [f"{label} ran 7" for label in (
+        "a tensor", "Python bytes", "a NumPy array of zeros", "small blocks by malloc", "small blocks by calloc",
+        "small aligned blocks", "small blocks by realloc", "small Python objects", "a private map")]
+    assert lines[-1] == "more than the cap refused 0"
+
+
+def test_a_block_served_again_holds_what_a_fresh_one_would():
+    """A block the grader's allocator serves again: zeroed for ``calloc``, its bytes moved by
+    ``realloc``, its size told by ``malloc_usable_size``; glibc's own blocks are left to glibc."""
+    out = run(textwrap.dedent('''
+        import ctypes, numpy
+        from transformer_lm.sandboxed import memory_cap
+        memory_cap.cap(2**26)
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        libc.malloc_usable_size.restype, libc.malloc_usable_size.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+        libc.free.argtypes = [ctypes.c_void_p]
+        dirty = numpy.full(2**17, 7.0)
+        del dirty
+        print("zeros", bool((numpy.zeros(2**17) == 0).all()))
+        grown = bytearray(b"x" * 100_000)
+        grown.extend(b"y" * 300_000)
+        print("moved", grown == b"x" * 100_000 + b"y" * 300_000)
+        for size in (200_000, 100):
+            block = libc.malloc(size)
+            print("usable", size, libc.malloc_usable_size(block) >= size)
+            libc.free(block)
+    '''), "kept blocks")
+    assert out.splitlines() == ["zeros True", "moved True", "usable 200000 True", "usable 100 True"]
+
+
+def test_without_a_compiler_no_allocator_is_built(tmp_path, monkeypatch):
+    """Where no C compiler is found, the library is not built and the sandbox starts without it
+    (``runner.Worker`` then adds no ``LD_PRELOAD``)."""
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert not kept_blocks._compile(tmp_path / "kept_blocks.so")
+    assert not (tmp_path / "kept_blocks.so").exists()

@@ -93,10 +93,13 @@ def test_without_the_security_options_the_image_refuses_to_grade(image, course):
 
 def test_the_image_holds_the_course_runtime_and_not_the_tests_tools(image):
     """requirements.txt only, CPU torch; at most 1.3 GB (as podman counts, on this test's base), of which
-    about 100 MB is the sandbox's copy of the environment's files that name where it lives (its bytecode)."""
-    probe = ("import importlib.util, torch; print(torch.__version__, [m for m in ('pytest', 'playwright', "
-             "'transformers', 'hypothesis', 'kubernetes_validate') if importlib.util.find_spec(m)])")
+    about 100 MB is the sandbox's copy of the environment's files that name where it lives (its bytecode).
+    The allocator of capped runs is built (autograder/running/kept_blocks.py), and the compiler gone."""
+    probe = ("import importlib.util, shutil, torch; from autograder.running import kept_blocks; "
+             "print(torch.__version__, [m for m in ('pytest', 'playwright', 'transformers', 'hypothesis', "
+             "'kubernetes_validate') if importlib.util.find_spec(m)], kept_blocks.library() == kept_blocks.PREBUILT, "
+             "shutil.which('cc'))")
     done = container_tools.podman("run", "--rm", "--network", "none", *container_tools.LIMITS, "--entrypoint", "python",
                                   image, "-c", probe)
-    assert done.stdout.split() == ["2.13.0+cpu", "[]"], done.stdout
+    assert done.stdout.split() == ["2.13.0+cpu", "[]", "True", "None"], done.stdout
     assert container_tools.image_bytes(image) <= 1.3e9, container_tools.image_bytes(image)

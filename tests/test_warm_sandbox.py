@@ -267,3 +267,21 @@ def test_ctypes_makes_calls_and_shows_nothing_in_a_run(worker):
     assert exit_code(reply) == TAMPERED_EXIT
     errors, output = run(worker, "print('graded', 6 * 7)")
     assert errors == [] and "graded 42" in output
+
+
+TILES = """
+import resource, torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):
+    torch.ones(2048, 64)   # a tile of the capped checks (128 pages), freed at once
+print("FAULTS", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_a_capped_run_serves_a_freed_tile_again_without_faulting_it_in(worker):
+    """The sandbox's server loads the grader's allocator of large blocks (autograder/running/kept_blocks.py)
+    and a capped run switches it on: 100 tiles made and freed fault in a few pages, not 100 x 128.
+    (Without it, each tile under the cap is a fresh mapping: ``tests/test_absence_and_cap.py``.)"""
+    assert worker.allocator is not None, "No C compiler built autograder/running/kept_blocks.c: apt-get install gcc"
+    reply, read = worker.run({**plan(TILES), "memory_cap": 48 * 2**20}, {}, 60, None)
+    assert printed(reply.output, "FAULTS") < 100 * 128 / 10, reply.output

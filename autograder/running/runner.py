@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 import transformer_lm
-from autograder.running import journal, sandbox
+from autograder.running import journal, kept_blocks, sandbox
 from autograder.reading.preflight import Preflight
 from autograder.running.run_plan import plan_of
 from autograder.reading.messages import BEFORE_RUN, DEATH, ERRORS, IN_ANSWER_CELL, own_line, render
@@ -145,6 +145,9 @@ class Worker:
         shutil.copytree(HARNESS, self.inputs / "harness", ignore=shutil.ignore_patterns("__pycache__"))
         for path in (self.inputs / "harness").rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
+        self.allocator = kept_blocks.library()
+        if self.allocator is not None:
+            shutil.copy(self.allocator, self.inputs / kept_blocks.NAME)
         self.sandboxed = isolation.name == "bubblewrap"
         self._host = {"in": str(self.inputs), "lib": str(self.library), "out": str(out), "scratch": str(scratch)}
         self.paths = MOUNTS if self.sandboxed else self._host  # as the harness sees them
@@ -166,7 +169,8 @@ class Worker:
                 Path(self._host[name]).mkdir(mode=0o755)
         limits = sandbox.Limits(memory_bytes=settings.memory_bytes, processes=settings.processes,
                                 file_size_bytes=settings.file_size_bytes, output_bytes=settings.output_bytes)
-        argv = ["python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
+        preload = [] if self.allocator is None else ["env", f"LD_PRELOAD={paths['in']}/{kept_blocks.NAME}"]
+        argv = [*preload, "python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
                 paths["out"], "--wipe", paths["out"], "--memory", str(settings.memory_bytes),
                 "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes)]
         if self.sandboxed:

@@ -25,7 +25,10 @@ back what is freed: glibc's malloc otherwise serves blocks of 128 KiB and more f
 was freed, and a heap whose freed tiles lie between small results still alive (a list of each
 tile's row maxima) grows by a tile each time. With blocks of :data:`OWN_MAPPING_BYTES` or more each
 in a mapping of its own, unmapped when freed, the heap holds only small objects, and an honest tiled
-pass holds what it uses (measured in ``tests/test_absence_and_cap.py``).
+pass holds what it uses (measured in ``tests/test_absence_and_cap.py``). Each such block is then
+faulted in afresh, page by page; in the grader's runs an allocator of its own keeps a few freed
+ones for reuse, counted by the kernel, and gives them back before any allocation would fail
+(``autograder/running/kept_blocks.c``; the student's kit has none, and caps the same).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ FILES = 64
 """Descriptors a capped run may hold: enough for what Python and PyTorch open."""
 OWN_MAPPING_BYTES = 64 * 2**10
 """Blocks of this size and more get a mapping of their own, given back when freed."""
+KEPT_BYTES = 8 * 2**20
+"""Freed large blocks the grader's allocator keeps, at most (they count against the cap until given back)."""
 M_MMAP_THRESHOLD, M_MMAP_MAX = -3, -4
 """glibc's ``mallopt`` parameters (malloc.h); setting the threshold also stops glibc from raising it
 by itself."""
@@ -88,11 +93,18 @@ def _fill_free_heap(libc) -> None:
 
 def _unmap_when_freed() -> None:
     """Makes glibc's malloc take no free space mapped before the cap, and map each block of
-    :data:`OWN_MAPPING_BYTES` or more on its own (an allocator without ``mallopt`` is left as it is)."""
+    :data:`OWN_MAPPING_BYTES` or more on its own (an allocator without ``mallopt`` is left as it is).
+    Where the grader's sandbox loaded its allocator of large blocks (``autograder/running/kept_blocks.c``),
+    that allocator serves them instead, a mapping each, and keeps up to :data:`KEPT_BYTES` of freed
+    ones for reuse, which the kernel counts, and which it gives back before any allocation fails."""
     libc = ctypes.CDLL(None)
     if getattr(libc, "mallopt", None) is not None:
         _fill_free_heap(libc)
         libc.mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_BYTES)
+    enable = getattr(libc, "kept_blocks_enable", None)
+    if enable is not None:
+        enable.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+        enable(OWN_MAPPING_BYTES, KEPT_BYTES)
 
 
 def _fits(kind: int, limit: int, prot: int) -> bool:

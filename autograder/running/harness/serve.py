@@ -254,6 +254,7 @@ def serve(paths: tuple[str, str, str], isolated: bool, wiped: list[str], scratch
     """Answers each ``run`` request with a run's wait status and whether it serves another;
     see the module docstring."""
     reply_fd = int(os.environ.pop("SANDBOX_REPLY_FD"))
+    os.environ.pop("LD_PRELOAD", None)  # the allocator of capped runs, loaded already (runner.Worker); not the runs'
     libc = isolate.Libc()
     isolated = isolated and isolate.KEYCTL is not None
     environment = dict(os.environ)
