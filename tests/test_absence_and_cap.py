@@ -357,9 +357,13 @@ def test_a_block_served_again_holds_what_a_fresh_one_would():
     assert out.splitlines() == ["zeros True", "moved True", "usable 200000 True", "usable 100 True"]
 
 
-def test_without_a_compiler_no_allocator_is_built(tmp_path, monkeypatch):
-    """Where no C compiler is found, the library is not built and the sandbox starts without it
-    (``runner.Worker`` then adds no ``LD_PRELOAD``)."""
+def test_no_allocator_is_used_without_a_compiler_or_where_it_does_not_load(tmp_path, monkeypatch):
+    """Where no C compiler is found the library is not built, and one that does not load (a folder
+    mounted ``noexec``, here a file that is no library) is not used: the sandbox then starts
+    without it (``runner.Worker`` adds no ``LD_PRELOAD``), and its output carries no loader error."""
+    assert kept_blocks._loads(kept_blocks.library())
+    (tmp_path / "broken.so").write_bytes(b"no library")
+    assert not kept_blocks._loads(tmp_path / "broken.so")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert not kept_blocks._compile(tmp_path / "kept_blocks.so")
     assert not (tmp_path / "kept_blocks.so").exists()

@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,14 +44,24 @@ def _compile(built: Path) -> bool:
     return True
 
 
+def _loads(built: Path) -> bool:
+    """Whether a Python started with ``built`` preloaded finds its switch: a library in a folder
+    mounted ``noexec`` (some hardened hosts mount ``/tmp`` so) is not loaded, and Python says so
+    on its standard error, which a sandbox's output must not carry."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", "import ctypes; ctypes.CDLL(None).kept_blocks_enable"],
+                          env={"LD_PRELOAD": str(built)}, stdin=subprocess.DEVNULL, capture_output=True)
+    return done.returncode == 0 and not done.stderr
+
+
 @functools.cache
 def library() -> Path | None:
-    """The library: the prebuilt one, else one built now (once per process), else None."""
+    """The library: the prebuilt one, else one built now (once per process); None where neither
+    is there or loads."""
     if PREBUILT.is_file():
-        return PREBUILT
+        return PREBUILT if _loads(PREBUILT) else None
     folder = Path(tempfile.mkdtemp(prefix="kept-blocks-"))
     atexit.register(shutil.rmtree, folder, True)
-    return folder / NAME if _compile(folder / NAME) else None
+    return folder / NAME if _compile(folder / NAME) and _loads(folder / NAME) else None
 
 
 def prebuild() -> None:
