@@ -367,3 +367,49 @@ def test_no_allocator_is_used_without_a_compiler_or_where_it_does_not_load(tmp_p
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert not kept_blocks._compile(tmp_path / "kept_blocks.so")
     assert not (tmp_path / "kept_blocks.so").exists()
+
+
+def test_many_blocks_made_moved_and_freed_keep_their_bytes():
+    """Thousands of blocks alive at once (the table of live blocks a third full, emptied in every
+    order), each with its own bytes: every block keeps them until freed, ``realloc`` moves them,
+    and every free goes to the allocator that served the block (a wrong one would crash)."""
+    out = run(textwrap.dedent('''
+        import ctypes, random
+        from transformer_lm.sandboxed import memory_cap
+        libc = ctypes.CDLL(None)
+        libc.kept_blocks_enable.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+        libc.kept_blocks_enable(2**16, 2**23)
+        for name, arguments in {"malloc": [ctypes.c_size_t], "calloc": [ctypes.c_size_t] * 2,
+                                "realloc": [ctypes.c_void_p, ctypes.c_size_t]}.items():
+            getattr(libc, name).restype, getattr(libc, name).argtypes = ctypes.c_void_p, arguments
+        libc.free.argtypes = [ctypes.c_void_p]
+        chosen, alive, checked = random.Random(0), {}, 0
+
+        def holds(block, size, byte):
+            return ctypes.string_at(block, size) == bytes([byte]) * size
+
+        for step in range(20000):
+            if alive and (len(alive) > 3000 or chosen.random() < 0.45):
+                block, (size, byte) = alive.popitem() if chosen.random() < 0.5 else \\
+                    (lambda key: (key, alive.pop(key)))(chosen.choice(list(alive)))
+                assert holds(block, size, byte), step
+                if chosen.random() < 0.3:
+                    bigger = size + chosen.randrange(1, 2**16)
+                    moved = libc.realloc(block, bigger)
+                    assert holds(moved, size, byte), step
+                    ctypes.memset(moved, byte, bigger)
+                    alive[moved] = (bigger, byte)
+                else:
+                    libc.free(block)
+                checked += 1
+                continue
+            size = chosen.choice([100, 5000, 2**16, 2**16, 2**16 + 1, 70_000, 90_000, 2**17])
+            zeroed = chosen.random() < 0.3
+            block = libc.calloc(1, size) if zeroed else libc.malloc(size)
+            assert block and block not in alive and (not zeroed or holds(block, size, 0)), step
+            byte = chosen.randrange(1, 256)
+            ctypes.memset(block, byte, size)
+            alive[block] = (size, byte)
+        print("checked", checked > 5000, all(holds(b, s, v) for b, (s, v) in alive.items()))
+    '''), "kept blocks")
+    assert out.split() == ["checked", "True", "True"]
