@@ -178,7 +178,7 @@ void kept_blocks_enable(size_t from_bytes, size_t keep_bytes) {
     pthread_mutex_unlock(&lock);
 }
 
-size_t kept_blocks_kept(void) { return kept_bytes; }
+size_t kept_blocks_kept(void) { return kept_bytes; }   /* what is kept now: for the tests */
 
 void *malloc(size_t size) {
     if (threshold && size >= threshold)

@@ -37,8 +37,10 @@ PREBUILT = SOURCE.with_name(f"kept_blocks-{hashlib.sha256(SOURCE.read_bytes()).h
 def _compile(built: Path) -> bool:
     """Whether the host's C compiler built the library at ``built``."""
     compiler = shutil.which(os.environ.get("CC") or "cc")
-    command = [str(compiler), "-O2", "-shared", "-fPIC", "-o", str(built), str(SOURCE), "-ldl", "-lpthread"]
-    if compiler is None or subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True).returncode != 0:
+    if compiler is None:
+        return False
+    command = [compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(SOURCE), "-ldl", "-lpthread"]
+    if subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True).returncode != 0:
         return False
     built.chmod(0o644)
     return True
@@ -46,8 +48,8 @@ def _compile(built: Path) -> bool:
 
 def _loads(built: Path) -> bool:
     """Whether a Python started with ``built`` preloaded finds its switch: a library in a folder
-    mounted ``noexec`` (some hardened hosts mount ``/tmp`` so) is not loaded, and Python says so
-    on its standard error, which a sandbox's output must not carry."""
+    mounted ``noexec`` (some hardened hosts mount ``/tmp`` so) is not loaded, and the dynamic loader
+    says so on standard error, which a sandbox's output must not carry."""
     done = subprocess.run([sys.executable, "-I", "-S", "-c", "import ctypes; ctypes.CDLL(None).kept_blocks_enable"],
                           env={"LD_PRELOAD": str(built)}, stdin=subprocess.DEVNULL, capture_output=True)
     return done.returncode == 0 and not done.stderr
