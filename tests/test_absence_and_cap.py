@@ -7,6 +7,7 @@ both change that process for good; what stays allowed keeps working."""
 from __future__ import annotations
 
 import json
+import mmap
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import pytest
 
 import notebook_tools as tools
 from autograder.running import kept_blocks, runner
+from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL
 
 HARNESS = runner.HARNESS.parent
 """The folder the harness is imported from, as a run imports it (``from harness import ...``)."""
@@ -246,16 +248,17 @@ FAULTS = textwrap.dedent('''
 ''')
 
 
+TILE_PAGES = CAPPED_CAUSAL.block_q * CAPPED_CAUSAL.block_k * 4 // mmap.PAGESIZE
+"""The pages of a float32 tile at the capped checks' size (128)."""
+
+
 @pytest.mark.parametrize("allocator", ALLOCATORS)
 def test_the_graders_allocator_serves_a_freed_tile_again_without_faulting_it_in(allocator):
-    """Under the cap glibc maps each tile afresh, and the kernel faults in its 128 pages one by one;
+    """Under the cap glibc maps each tile afresh, and the kernel faults in its pages one by one;
     the grader's allocator serves the freed one again."""
-    faults, pages = int(run(FAULTS, allocator)), 100 * C_TILE_PAGES
+    faults, pages = int(run(FAULTS, allocator)), 100 * TILE_PAGES
     assert faults < pages / 10 if allocator == "kept blocks" else faults > pages * 0.9, faults
 
-
-C_TILE_PAGES = 2048 * 64 * 4 // 4096
-"""The pages of a tile at the capped size (2048 x 64 float32)."""
 
 GIVEN_BACK = textwrap.dedent('''
     import ctypes, itertools, mmap, resource, numpy, torch

@@ -9,6 +9,7 @@ first run looks for its own files at its end too: that control proves the search
 clean second run means they are gone, not that the search is blind.
 """
 
+import mmap
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from autograder.running import runner, sandbox
 from autograder.running.harness.guard import TAMPERED_EXIT
 from autograder.running.run_reply import exit_code
+from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL, MEMORY_CAP
 from warm_runs import plan, printed, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -269,19 +271,20 @@ def test_ctypes_makes_calls_and_shows_nothing_in_a_run(worker):
     assert errors == [] and "graded 42" in output
 
 
-TILES = """
+TILES = f"""
 import resource, torch
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(100):
-    torch.ones(2048, 64)   # a tile of the capped checks (128 pages), freed at once
+    torch.ones({CAPPED_CAUSAL.block_q}, {CAPPED_CAUSAL.block_k})   # a tile of the capped checks, freed at once
 print("FAULTS", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
 def test_a_capped_run_serves_a_freed_tile_again_without_faulting_it_in(worker):
     """The sandbox's server loads the grader's allocator of large blocks (autograder/running/kept_blocks.py)
-    and a capped run switches it on: 100 tiles made and freed fault in a few pages, not 100 x 128.
+    and a capped run switches it on: 100 tiles made and freed fault in a few pages, not 100 tiles' worth.
     (Without it, each tile under the cap is a fresh mapping: ``tests/test_absence_and_cap.py``.)"""
     assert worker.allocator is not None, "No C compiler built autograder/running/kept_blocks.c: apt-get install gcc"
-    reply, read = worker.run({**plan(TILES), "memory_cap": 48 * 2**20}, {}, 60, None)
-    assert printed(reply.output, "FAULTS") < 100 * 128 / 10, reply.output
+    reply, read = worker.run({**plan(TILES), "memory_cap": MEMORY_CAP}, {}, 60, None)
+    tile_pages = CAPPED_CAUSAL.block_q * CAPPED_CAUSAL.block_k * 4 // mmap.PAGESIZE
+    assert printed(reply.output, "FAULTS") < 100 * tile_pages / 10, reply.output

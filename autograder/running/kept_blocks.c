@@ -97,6 +97,14 @@ static int drop_kept_locked(void) {
     return dropped;
 }
 
+/* ``call`` (to glibc), made again once every kept block is given back, where it gave NULL while some were kept */
+#define AGAIN_IF_NULL(call) ({ void *first_try = (call); first_try || !drop_kept_locked() ? first_try : (call); })
+
+static uintptr_t map_block(size_t length) {   /* a fresh private mapping, or 0 */
+    void *mapped = system_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mapped == MAP_FAILED ? 0 : (uintptr_t)mapped;
+}
+
 static uintptr_t take_kept(size_t length) {
     for (size_t i = 0; i < kept_count; i++)
         if (kept_length[i] == length) {
@@ -120,12 +128,10 @@ static void *served(size_t size, int zeroed) {
     uintptr_t base = take_kept(length);
     if (base && zeroed)
         memset((void *)(base + HEADER), 0, size);
-    if (!base) {
-        void *mapped = system_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mapped == MAP_FAILED && drop_kept())
-            mapped = system_mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        base = mapped == MAP_FAILED ? 0 : (uintptr_t)mapped;
-    }
+    if (!base)
+        base = map_block(length);
+    if (!base && drop_kept())
+        base = map_block(length);
     int listed = base && live_add(base, length);
     if (base && !listed)
         munmap((void *)base, length);
@@ -183,15 +189,13 @@ size_t kept_blocks_kept(void) { return kept_bytes; }   /* what is kept now: for 
 void *malloc(size_t size) {
     if (threshold && size >= threshold)
         return served(size, 0);
-    void *pointer = __libc_malloc(size);
-    return pointer || !drop_kept_locked() ? pointer : __libc_malloc(size);
+    return AGAIN_IF_NULL(__libc_malloc(size));
 }
 
 void *calloc(size_t count, size_t size) {
     if (threshold && size && count <= SIZE_MAX / size && count * size >= threshold)
         return served(count * size, 1);
-    void *pointer = __libc_calloc(count, size);
-    return pointer || !drop_kept_locked() ? pointer : __libc_calloc(count, size);
+    return AGAIN_IF_NULL(__libc_calloc(count, size));
 }
 
 void free(void *pointer) {
@@ -202,8 +206,7 @@ void free(void *pointer) {
 void *memalign(size_t alignment, size_t size) {
     if (threshold && size >= threshold && alignment <= HEADER)
         return served(size, 0);
-    void *pointer = __libc_memalign(alignment, size);
-    return pointer || !drop_kept_locked() ? pointer : __libc_memalign(alignment, size);
+    return AGAIN_IF_NULL(__libc_memalign(alignment, size));
 }
 
 int posix_memalign(void **out, size_t alignment, size_t size) {
@@ -220,10 +223,8 @@ void *aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, 
 
 void *realloc(void *pointer, size_t size) {
     size_t held = usable(pointer);
-    if (!held) {
-        void *moved = __libc_realloc(pointer, size);
-        return moved || !size || !drop_kept_locked() ? moved : __libc_realloc(pointer, size);
-    }
+    if (!held)   /* with size 0, glibc frees the block and gives NULL: nothing to try again */
+        return size ? AGAIN_IF_NULL(__libc_realloc(pointer, size)) : __libc_realloc(pointer, size);
     void *moved = malloc(size);
     if (moved) {
         memcpy(moved, pointer, size < held ? size : held);
