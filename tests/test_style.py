@@ -14,14 +14,28 @@ ALLOWED = {
     "arithmetic without spaces (E226)": "def heads(bs, h):\n    return bs*h\n",
     "a break before an operator (W503)": "def total(a, b):\n    return (a\n            + b)\n",
     "a break after an operator (W504)": "def total(a, b):\n    return (a +\n            b)\n",
+    "Black's break before an operator": "total = (\n    a * b\n    + c\n)\n",
     "a shape comment past 120 characters": "x = 1   # " + "(bs * H, seq, hs) " * 8 + "\n",
     "a hanging indent closed under its first line (E123)": "y = dict(\n    a=1,\n    )\n",
+    "Black's slice with bounds that are expressions": "y = q[:, :, h * hs : (h + 1) * hs]\n",
+    "PEP 8's own slices": "y = ham[lower+offset : upper+offset], ham[: upper_fn(x) : step_fn(x)], ham[:: step_fn(x)]\n",
+    "Black's slices with a bound left out": "y = x[:n], x[: n + 1], ham[lower + offset :], ham[lower + 1 :: step]\n",
+    "Black's slice beside another dimension": "y = x[a + 1 :, :n], x[..., n - 1 :]\n",
+    "Black's slice in a subscript broken over lines": "y = x[\n    a + 1 : b,\n    c,\n]\n",
+    "a slice of a slice": "y = ham[x[a : b] : c]\n",
 }
 REFUSED = {
-    "E225": "x=1\n",
-    "E231": "y = [1,2]\n",
-    "E501": "z = " + " + ".join(["1"] * 60) + "\n",
-    "E711": "empty = x == None\n",
+    "whitespace before a comma": ("E203", "x , y = 1, 2\n"),
+    "whitespace before an if's colon": ("E203", "if x == 4 :\n    pass\n"),
+    "whitespace before a dict's colon": ("E203", 'y = {"a" : 1}\n'),
+    "whitespace before a dict's colon in a subscript": ("E203", 'y = ham[{"a" : 1}["a"]]\n'),
+    "whitespace before a lambda's colon in a subscript": ("E203", "y = ham[lambda x : x]\n"),
+    "a slice's colon spaced unequally": ("E203", "y = ham[1 :9]\n"),
+    "an extended slice's colons spaced differently": ("E203", "y = ham[a : b:c]\n"),
+    "a missing space": ("E225", "x=1\n"),
+    "a missing space after a comma": ("E231", "y = [1,2]\n"),
+    "a line too long": ("E501", "z = " + " + ".join(["1"] * 60) + "\n"),
+    "a comparison to None": ("E711", "empty = x == None\n"),
 }
 
 
@@ -36,9 +50,10 @@ def test_what_pep8_allows_is_not_a_problem(name):
     assert style_problems(ALLOWED[name]) == [], name
 
 
-@pytest.mark.parametrize("code", sorted(REFUSED))
-def test_what_pep8_forbids_is_named_with_its_line(code):
-    problems = style_problems("import torch\n" + REFUSED[code])
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_pep8_forbids_is_named_with_its_line(name):
+    code, source = REFUSED[name]
+    problems = style_problems("import torch\n" + source)
     assert len(problems) == 1 and problems[0].startswith("line 2, ") and f": {code} " in problems[0], problems
 
 
@@ -63,6 +78,7 @@ def test_the_visible_check_names_what_the_grader_deducts_with_the_same_lines():
 
 
 def test_the_visible_check_passes_spacing_pep8_allows(capsys):
-    answer = answer_in_a_cell("def heads(bs, h):\n    return (bs*h\n            + 1)\n", "heads", 902)
+    source = "def heads(q, bs, h, hs):\n    return (q[:, h * hs : (h + 1) * hs]\n            + bs*h)\n"
+    answer = answer_in_a_cell(source, "heads", 902)
     check_style(answer, points=1)
     assert "no problems" in capsys.readouterr().out
