@@ -23,11 +23,8 @@ class GroupedQueryAttention(reference.GroupedQueryAttention):
     def forward(self, x, positions, attn_mask=None, cache=None):
         if self.flaws == DecoderFlaws():
             return super().forward(x, positions, attn_mask, cache)
-        if attn_mask is None:
-            attn_mask = mistakes.flawed_sliding_window_mask(x.shape[-2], x.shape[-2], self.window, self.flaws) \
-                if self.window else reference.causal_mask(x.shape[-2])
         returned_cache = super().forward(x, positions, attn_mask, cache)[1]   # the flaws are in the output only
-        return mistakes.flawed_grouped_query_attention(self, x, positions, attn_mask, self.flaws), returned_cache
+        return mistakes.flawed_grouped_query_attention(self, x, positions, attn_mask, self.flaws, cache), returned_cache
 
 
 def with_flaws(flaws):
@@ -63,7 +60,8 @@ def test_every_rope_mistake_is_caught_and_named(mistake):
     assert mistake.title in str(failure.value), str(failure.value)
 
 
-@pytest.mark.parametrize("mistake", catalog.decoder_mistakes("gqa") + catalog.decoder_mistakes("window"),
+@pytest.mark.parametrize("mistake", catalog.decoder_mistakes("gqa") + catalog.decoder_mistakes("window")
+                         + catalog.decoder_mistakes("cached_causal") + catalog.decoder_mistakes("cached_window"),
                          ids=lambda m: m.name)
 def test_every_mistake_of_the_attention_layer_is_caught_and_named(mistake):
     with pytest.raises(CheckFailed) as failure:
@@ -149,3 +147,67 @@ def test_a_layer_that_gives_nan_for_a_query_with_no_key_is_caught_and_named():
     with pytest.raises(CheckFailed) as failure:
         visible("grouped_query_attention", "GroupedQueryAttention")(with_flaws(mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_generation_that_runs_the_whole_batch_again_is_refused_and_named():
+    def generate_padded(model, prompts, max_new_tokens, pad_id=0):
+        return mistakes.generate_padded_without_cache(model, prompts, max_new_tokens, pad_id)
+
+    with pytest.raises(CheckFailed, match="the model refused a call without the caches after the prompt") as failure:
+        checks.check("padded_generation", generate_padded, GroupedQueryAttention)
+    assert catalog.BY_NAME["generation_reruns_sequence"].title in str(failure.value), str(failure.value)
+
+
+def plain_copy(model):
+    """A TinyDecoder with ``model``'s weights, which refuses nothing and marks no call."""
+    from transformer_lm.sandboxed.decoder import TinyDecoder
+
+    copy = TinyDecoder(model.config, type(model.blocks[0].attention))
+    copy.load_state_dict(model.state_dict(), strict=False)
+    return copy.eval()
+
+
+def reset_before_each_call(model):
+    """``model`` with its count of calls set back to 0 before each call: nothing is refused."""
+    forward = model.forward
+
+    def again(*args, **kwargs):
+        model.calls = model.step = 0
+        return forward(*args, **kwargs)
+    model.forward = again
+    return model
+
+
+@pytest.mark.parametrize("around", [plain_copy, reset_before_each_call], ids=lambda f: f.__name__)
+def test_generation_that_steps_around_the_refusal_and_runs_the_batch_again_gets_other_tokens(around):
+    """The refusal is only a message: code can step around it, and then the tokens, judged against
+    the reference, fail it (the model marks the tokens of each call after the prompt)."""
+    def generate_padded(model, prompts, max_new_tokens, pad_id=0):
+        return mistakes.generate_padded_without_cache(around(model), prompts, max_new_tokens, pad_id)
+
+    with pytest.raises(CheckFailed, match="continues differently in the batch than alone") as failure:
+        checks.check("padded_generation", generate_padded, GroupedQueryAttention)
+    assert catalog.BY_NAME["generation_reruns_sequence"].title in str(failure.value), str(failure.value)
+
+
+def cache_only_decoder(steps=2):
+    from transformer_lm.sandboxed.decoder import CacheOnlyDecoder, DecoderConfig
+
+    return CacheOnlyDecoder(DecoderConfig(), reference.GroupedQueryAttention, steps=steps).eval()
+
+
+@torch.no_grad()
+def test_the_model_of_the_generation_check_runs_the_prompts_once_then_one_token_a_call():
+    from transformer_lm.sandboxed.decoder import Refused
+
+    model, positions = cache_only_decoder(), torch.arange(4)
+    _, caches = model(torch.ones(2, 4, dtype=torch.long), positions)
+    with pytest.raises(Refused) as again:
+        model(torch.ones(2, 5, dtype=torch.long), torch.arange(5))
+    with pytest.raises(Refused) as several:
+        model(torch.ones(2, 2, dtype=torch.long), torch.arange(4, 6), None, caches)
+    for step in (4, 5):   # as many calls after the prompt as new tokens: the last one's logits are not needed
+        _, caches = model(torch.ones(2, 1, dtype=torch.long), torch.tensor([step]), None, caches)
+    with pytest.raises(Refused) as more:
+        model(torch.ones(2, 1, dtype=torch.long), torch.tensor([6]), None, caches)
+    assert (again.value.reason, several.value.reason, more.value.reason) == ("again", "positions", "steps")

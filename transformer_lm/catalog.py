@@ -6,7 +6,8 @@ mistake with it. What each mistake computes, the deliberately breakable twins of
 that the flaws switch on, is in :mod:`transformer_lm.instructor.mistakes`, on the instructor's side with the
 reference.
 
-The four families of mistakes below are the course's own. A concept added later writes its
+The four families of mistakes below are the course's own (today's decoders' in
+:mod:`transformer_lm.decoder_catalog`). A concept added later writes its
 mistakes beside its reference, in a :class:`transformer_lm.instructor.mistake_family.MistakeFamily`, which
 :func:`register` adds to :data:`BY_NAME` when the concept's module is imported; such a mistake
 has no flaws, since its family computes it with functions of its own.
@@ -14,37 +15,9 @@ has no flaws, since its family computes it with functions of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
-
-NAMES = {"batch": "batch", "seq": "seq", "d_out": "d_out", "num_heads": "num_heads", "head_dim": "head_dim"}
-"""The names hints use for shapes, unless a notebook's API gives its own
-(:class:`transformer_lm.instructor.cases.AttentionAPI`)."""
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """One catalogued mistake: a name for reports, words for the student, and its flaws.
-
-    ``shows_with`` lists the features a test needs for the mistake to change the result
-    ("heads", "mask", "causal", "projection", "dropout"); one feature is enough.
-    """
-
-    name: str
-    title: str
-    hint: str
-    flaws: Flaws | GenerationFlaws | TilingFlaws | DecoderFlaws | None = None
-    shows_with: frozenset[str] = frozenset()
-
-    def hint_in(self, names: dict[str, str] | None = None) -> str:
-        """The hint in a notebook's own names (``batch``, ``seq``, ``d_out``, ``num_heads``,
-        ``head_dim``: :data:`NAMES` where the notebook has none of its own)."""
-        return self.hint.format_map({**NAMES, **(names or {})})
-
-    def visible_in(self, features: set[str] | frozenset[str]) -> bool:
-        return not self.shows_with or bool(self.shows_with & set(features))
-
+from transformer_lm.decoder_catalog import DECODER
+from transformer_lm.flaws import Flaws, GenerationFlaws, TilingFlaws
+from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the checks as catalog.Mistake
 
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
@@ -61,8 +34,10 @@ def tiling_mistakes(shows_with: str) -> list[Mistake]:
 
 def decoder_mistakes(shows_with: str) -> list[Mistake]:
     """The catalogued mistakes of today's decoders that show in ``"rope"``, ``"gqa"``,
-    ``"padded_gqa"`` (a layer given a left-padded batch's mask), ``"window"``, ``"padding"`` or
-    ``"cache"``."""
+    ``"padded_gqa"`` (a layer given a left-padded batch's mask), ``"window"``, ``"cached_causal"`` and
+    ``"cached_window"`` (a layer given a cache and no mask, without and with a window), ``"padding"``,
+    ``"cache"`` (the positions of generation with a KV cache) or ``"generation"`` (how it calls the
+    model)."""
     return [mistake for mistake in DECODER if shows_with in mistake.shows_with]
 
 
@@ -315,64 +290,6 @@ TILING: tuple[Mistake, ...] = (
         "recomputes the weights exp(S - lse) from the same scaled scores S, and multiplies dq and dk by the scale "
         "as well.",
         TilingFlaws(scores_unscaled=True), frozenset({"forward", "causal", "backward"}),
-    ),
-)
-
-DECODER: tuple[Mistake, ...] = (
-    Mistake(
-        "rope_interleaved", "interleaved and half-split rotary pairs mixed up",
-        "Llama's convention (and this course's) turns each pair (x[i], x[i + d/2]): rotate_half splits the "
-        "last dimension into halves, (x1, x2) -> (-x2, x1). The interleaved convention turns (x[2i], x[2i+1]); "
-        "both keep scores relative, but weights trained under one give wrong scores under the other.",
-        DecoderFlaws(rope_interleaved=True), frozenset({"rope", "gqa"}),
-    ),
-    Mistake(
-        "rope_exponent_off", "the rotary frequencies' exponent off (i/d instead of 2i/d)",
-        "Pair i turns by base ** (-2i / d) per position, for i = 0 .. d/2 - 1: the exponent runs over the even "
-        "feature indices 0, 2, .., d - 2 divided by d, so it nearly reaches 1. Counting the pairs 0, 1, .., "
-        "d/2 - 1 over d stops near 1/2, and the slowest pair turns about sqrt(base) times too fast.",
-        DecoderFlaws(rope_exponent="i/d"), frozenset({"rope", "gqa"}),
-    ),
-    Mistake(
-        "kv_heads_repeated_not_interleaved", "key/value heads repeated with repeat instead of repeat_interleave",
-        "Query heads h * r .. h * r + r - 1 share key/value head h, so each key/value head is copied r times in "
-        "place: repeat_interleave(r, dim=1) gives heads 0, 0, 1, 1; repeat(1, r, 1, 1) gives 0, 1, 0, 1 and pairs "
-        "query heads with the wrong keys.",
-        DecoderFlaws(kv_repeat="repeat"), frozenset({"gqa"}),
-    ),
-    Mistake(
-        "window_off_by_one", "the sliding window off by one",
-        "A window of w keys counts the query's own key: each query sees its own key and the w - 1 keys just "
-        "before it, nothing earlier and nothing later. A window that reaches back w keys sees one key too "
-        "many; one that reaches back w - 2 sees one too few.",
-        DecoderFlaws(window_offset=1), frozenset({"window"}),
-    ),
-    Mistake(
-        "pads_attended", "pad tokens attended to",
-        "Combine the causal mask with the attention mask of the padding, so that no query looks at a pad key: a "
-        "key is allowed only where both masks allow it, with the padding's mask (one row per sequence, one "
-        "entry per key) shaped to broadcast over the heads and the queries.",
-        DecoderFlaws(pads_attended=True), frozenset({"padding"}),
-    ),
-    Mistake(
-        "positions_from_padding", "positions counted from the padding",
-        "A left-padded prompt's first real token is at position 0, as it would be alone: count each row's real "
-        "tokens so far along the attention mask, start that count at 0, and give the pads 0. Numbering every "
-        "column from 0 counts the pads as tokens.",
-        DecoderFlaws(positions_from_padding=True), frozenset({"padding"}),
-    ),
-    Mistake(
-        "empty_rows_nan", "a query with every key masked gives NaN",
-        "A pad query of a left-padded batch may look at no key: its scores are all -inf and softmax gives 0 / 0 "
-        "= NaN, which the next layers spread to every token. Find those rows (torch.isneginf(scores).all(-1)), "
-        "give them zero weights, and let their output be 0.",
-        DecoderFlaws(empty_rows_nan=True), frozenset({"padded_gqa"}),
-    ),
-    Mistake(
-        "cache_positions_not_offset_rope", "positions start at 0 again for the tokens after the cache",
-        "With a KV cache, the new tokens come after the cached ones: rotate them at positions past_len .. "
-        "past_len + T - 1 (per sequence: one more than its last position), not 0 .. T - 1.",
-        DecoderFlaws(cache_positions_from_zero=True), frozenset({"cache"}),
     ),
 )
 

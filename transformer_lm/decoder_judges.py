@@ -55,6 +55,12 @@ TEXTS = {
                  "than alone",
     "continues_shown": " (got {got:numbers}, alone it gives {expected:numbers})",
     "continues_end": ". Generation runs your attention layer: if its check fails, fix that first.",
+    "refused": "{call:call}: the model refused {why:text}. It runs the whole prompts once, then one new token per "
+               "call with the caches the call before returned.",
+    "refused_again": "a call without the caches after the prompt",
+    "refused_positions": "a call with the caches that runs more than one new token per sequence",
+    "refused_steps": "more calls after the prompt than new tokens to generate",
+    "refused_other": "a call",
 }
 """What the judges of assignment 06's masks, sizes, padded positions and tokens say
 (:mod:`transformer_lm.verdict_texts`); a ``text`` slot holds another of these texts."""
@@ -167,16 +173,21 @@ class PaddingJudge:
 @dataclass
 class PaddedTokensJudge:
     """Padded generation (``call``) gives each of the ``prompts`` the ``expected`` tokens it gets
-    alone; tokens that a mistake gives (``candidates``) name it."""
+    alone; tokens that a mistake gives (``candidates``) name it. A call of the model that it
+    refused (``{"refused": why}``, what the run says of itself) fails, naming ``refused``: the run
+    could hide a refusal, never turn one into a pass."""
 
     call: str
     prompts: list[list[int]]
     expected: list[list[int]]
     candidates: dict[catalog.Mistake, list[list[int]]]
+    refused: catalog.Mistake | None = None
 
     def __call__(self, record, value, values: bool) -> Verdict:
         if value == self.expected:
             return Verdict("passed", TEXTS["tokens_passed"])
+        if isinstance(value, dict):
+            return self._refused(f"refused_{value.get('refused')}")
         if not isinstance(value, list) or len(value) != len(self.expected):
             return Verdict("failed", render(TEXTS["rows"], call=self.call, rows=len(value), expected=len(self.expected))
                            if isinstance(value, list) else render(TEXTS["no_rows"], call=self.call,
@@ -189,6 +200,14 @@ class PaddedTokensJudge:
         shown = render(TEXTS["continues_shown"], got=value[row], expected=self.expected[row]) if values else ""
         return Verdict("failed", render(TEXTS["continues"], call=self.call, row=row, tokens=len(prompt)) + shown
                        + TEXTS["continues_end"], mistake)
+
+    def _refused(self, why: str) -> Verdict:
+        """The failure of a generation whose call the model refused for ``why`` (a key of
+        :data:`TEXTS`): one that runs the sequence again names ``refused``."""
+        known = why if why in TEXTS else "refused_other"
+        again = known in ("refused_again", "refused_positions")
+        return Verdict("failed", render(TEXTS["refused"], call=self.call, why=TEXTS[known]),
+                       self.refused if again else None)
 
 
 JUDGES = (MaskJudge, BytesJudge, PaddingJudge, PaddedTokensJudge)

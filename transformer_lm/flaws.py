@@ -73,3 +73,6 @@ class DecoderFlaws:
     positions_from_padding: bool = False  # positions counted from the first pad, not the first real token
     cache_positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
     empty_rows_nan: bool = False  # a query whose every key is masked (a pad) gets NaN, not zeros
+    causal_from_first_query: bool = False  # with a cache and no mask, the causal mask of the first T queries
+    window_from_first_query: bool = False  # with a cache and no mask, the window of the first T queries
+    reruns_sequence: bool = False  # generation runs the whole padded batch again at each step, no cache

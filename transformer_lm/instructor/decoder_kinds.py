@@ -69,10 +69,14 @@ class RopeCheck:
 class GroupedQueryCheck:
     """The student's ``object(d_model, n_heads, n_kv_heads, rope_base=..., window=...)`` with the
     reference's random weights loaded by name (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``),
-    called as ``forward(x, positions)`` (with ``padded``, ``forward(x, positions, attn_mask)`` for a
-    left-padded batch, whose pad queries see no key): the output, the cache it returns and every
-    gradient, naming the mistakes of rotary embeddings, of sharing key/value heads, of rows with no
-    key and (with ``window``) of the window. ``batch`` and ``seq`` must fit ``padded``."""
+    called as ``forward(x, positions, attn_mask, cache)`` on each branch its signature offers: with
+    ``past``, a cache of that many earlier tokens (random keys and values) before the ``seq`` new
+    ones; with ``padded``, the mask of a left-padded batch of prompts of those lengths over every
+    token (``max(padded) == past + seq``), whose pad queries see no key; without it, no mask, so
+    that the layer makes its own. The output, the cache it returns and every gradient (of ``x``,
+    the cache passed in and the weights) are compared, naming the mistakes of rotary embeddings,
+    of sharing key/value heads, of rows with no key and of the mask the layer makes (its window,
+    and which queries it is for after a cache)."""
 
     object: str
     _: KW_ONLY
@@ -84,40 +88,60 @@ class GroupedQueryCheck:
     start: int = 0
     base: float = 10000.0
     window: int | None = None
+    past: int = 0                  # tokens already in the cache
     padded: tuple[int, ...] = ()   # prompt lengths: a left-padded batch, with its positions and mask
+
+    @property
+    def call(self) -> str:
+        """The branch the check calls, in the notebook's words: said before a failure."""
+        window = f", window={self.window}" if self.window is not None else ""
+        cache = f"a cache of {self.past} earlier tokens" if self.past else "no cache"
+        mask = f"the mask of prompts of lengths {list(self.padded)}" if self.padded else "no attn_mask"
+        return (f"{self.object}(d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}{window}) "
+                f"on {self.seq} new token(s) with {cache} and {mask}")
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         module = randomize(reference.GroupedQueryAttention(self.d_model, self.n_heads, self.n_kv_heads,
                                                            rope_base=self.base, window=self.window), generator)
-        x = torch.randn(self.batch, self.seq, self.d_model, generator=generator)
-        positions = positions_for(self.batch, self.seq, self.start, False)
-        mask, revealable = module.causal_mask(self.seq, self.seq), catalog.decoder_mistakes("gqa")
-        inputs = {"x": x, "positions": positions}
+        inputs = {"x": torch.randn(self.batch, self.seq, self.d_model, generator=generator),
+                  "positions": positions_for(self.batch, self.seq, self.start, False)}
+        if self.past:
+            inputs.update({name: torch.randn(self.batch, self.n_kv_heads, self.past, module.head_dim,
+                                             generator=generator) for name in ("cache_keys", "cache_values")})
         if self.padded:
-            attention_mask = left_padded_batch(self.padded)
-            positions, mask = reference.padded_inputs(attention_mask, attention_mask.shape[-1])
-            inputs = {"x": x, "positions": positions, "attn_mask": mask}
-            revealable = revealable + catalog.decoder_mistakes("padded_gqa")
-        arguments, expected = module_case(module, inputs, generator, with_cache=True)
+            inputs["positions"], inputs["attn_mask"] = reference.padded_inputs(left_padded_batch(self.padded),
+                                                                               self.seq)
+        arguments, expected = module_case(module, inputs, generator, layer=True)
+        x, positions, mask, cache = probes.layer_arguments(inputs)
         with torch.no_grad():
-            candidates = {m: {"output": mistakes.flawed_grouped_query_attention(module, x, positions, mask, m.flaws)}
-                          for m in revealable}
-            if self.window is not None:
-                for mistake in catalog.decoder_mistakes("window"):
-                    wrong = mistakes.flawed_sliding_window_mask(self.seq, self.seq, self.window, mistake.flaws)
-                    candidates[mistake] = {"output": module(x, positions, wrong)[0]}
+            candidates = {m: {"output": mistakes.flawed_grouped_query_attention(module, x, positions, mask, m.flaws,
+                                                                               cache)}
+                          for m in self.revealable()}
         init = {"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads, "rope_base": self.base}
         if self.window is not None:
             init["window"] = self.window
         return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": init, **arguments}),
                         RecordJudge(expected, candidates, labels=CACHE_LABELS))
 
+    def revealable(self) -> list[catalog.Mistake]:
+        """The catalogued mistakes this branch can show: a given mask shows rows with no key; no
+        mask shows the mask the layer makes, its window and, after a cache, which queries it is for."""
+        if self.padded:
+            shows = ["gqa", "padded_gqa"]
+        else:
+            shows = ["gqa", "window"] if self.window is not None else ["gqa"]
+            if self.past:
+                shows.append("cached_causal" if self.window is None else "cached_window")
+        return [mistake for tag in shows for mistake in catalog.decoder_mistakes(tag)]
+
 
 CACHE_LABELS = {"cache.keys": "the returned cache's keys (the rotated keys of every token so far, before the copy "
                               "for the groups: (B, n_kv_heads, T_k, head_dim))",
                 "cache.values": "the returned cache's values (the values of every token so far, before the copy "
-                                "for the groups: (B, n_kv_heads, T_k, head_dim))"}
-"""How a failure names the cache a layer returns, ``(output, (k, v))``: what it must hold."""
+                                "for the groups: (B, n_kv_heads, T_k, head_dim))",
+                "grad.cache_keys": "the gradient of the cached keys passed in",
+                "grad.cache_values": "the gradient of the cached values passed in"}
+"""How a failure names the cache a layer takes and returns, ``(output, (k, v))``: what it must hold."""
 
 
 @dataclass(frozen=True)
@@ -213,10 +237,17 @@ catalogued mistake of padded generation changes the greedy tokens."""
 
 @dataclass(frozen=True)
 class PaddedGenerationCheck:
-    """``object(model, prompts, max_new_tokens)`` on a :class:`TinyDecoder` built on the student's
-    ``attention`` class with random reference weights: every prompt's greedy continuation in one
-    left-padded batch with a KV cache must be what generating that prompt alone gives. The weights
-    are drawn again until every catalogued mistake of padded generation changes the tokens."""
+    """``object(model, prompts, max_new_tokens)`` on a model built on the student's ``attention``
+    class with random reference weights: every prompt's greedy continuation in one left-padded batch
+    with a KV cache must be what generating that prompt alone gives. The model handed to the answer
+    is a :class:`~transformer_lm.sandboxed.decoder.CacheOnlyDecoder`: it refuses any call but the
+    whole prompts once and then one new token per call with the caches, which names a generation
+    that runs the whole sequence again. The tokens are what the grade rests on: the model marks the
+    tokens of each call after the prompt (:class:`~transformer_lm.sandboxed.decoder.StepMarkedDecoder`),
+    so that a generation which steps around the refusal and runs the sequence again gets other
+    tokens. The weights and marks are drawn again until every catalogued mistake of padded
+    generation that the prompts can show (no padding mistake where all have one length), running
+    the sequence again among them, changes the tokens."""
 
     object: str
     attention: str
@@ -224,29 +255,36 @@ class PaddedGenerationCheck:
     _: KW_ONLY
     lengths: tuple[int, ...]
     max_new_tokens: int
+    pad_id: int | None = None   # None: the answer's default
 
     def prepare(self, generator: torch.Generator) -> Prepared:
-        from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+        from transformer_lm.sandboxed.decoder import DecoderConfig, StepMarkedDecoder
 
         config = DecoderConfig(**dict(self.config))
-        revealable = [m for m in catalog.decoder_mistakes("padding") + catalog.decoder_mistakes("cache")
-                    if m.name != "positions_from_padding"]   # under RoPE an offset of every position changes nothing
+        tags = ("padding", "cache", "generation") if len(set(self.lengths)) > 1 else ("cache", "generation")
+        revealable = [m for tag in tags for m in catalog.decoder_mistakes(tag)
+                      if m.name != "positions_from_padding"]   # under RoPE an offset of every position changes nothing
         drawn = None
         for _ in range(GENERATION_DRAWS):
-            model = randomize(TinyDecoder(config, reference.GroupedQueryAttention), generator, scale=0.5).eval()
+            model = randomize(StepMarkedDecoder(config, reference.GroupedQueryAttention, steps=self.max_new_tokens),
+                              generator, scale=0.5).eval()
             prompts = [torch.randint(config.vocab_size, (n,), generator=generator).tolist() for n in self.lengths]
             expected = [reference.generate_padded(model, [p], self.max_new_tokens)[0] for p in prompts]
-            candidates = {m: reference.generate_padded(model, prompts, self.max_new_tokens,
-                                                       inputs=mistakes.flawed_padded_inputs(m.flaws)) for m in revealable}
+            candidates = {m: mistakes.flawed_generate_padded(model, prompts, self.max_new_tokens, m.flaws)
+                          for m in revealable}
             candidates = {m: tokens for m, tokens in candidates.items() if tokens != expected}
             if drawn is None or len(candidates) > len(drawn[-1]):
                 drawn = (model, prompts, expected, candidates)
             if len(candidates) == len(revealable):
                 break
         model, prompts, expected, candidates = drawn
-        call = f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens})"
+        pad = "" if self.pad_id is None else f", pad_id={self.pad_id}"
+        call = (f"{self.object}(model, prompts of lengths {list(self.lengths)}, max_new_tokens={self.max_new_tokens}"
+                f"{pad})")
+        [reruns] = catalog.decoder_mistakes("generation")
 
         arguments = {"config": dict(self.config), "state": {n: p.detach().clone() for n, p in model.named_parameters()},
-                     "prompts": prompts, "max_new_tokens": self.max_new_tokens}
+                     "prompts": prompts, "max_new_tokens": self.max_new_tokens, "pad_id": self.pad_id}
         return Prepared(ProbeCall.of(probes.probe_padded_generation, {"fn": self.object, "attention": self.attention},
-                                     arguments), PaddedTokensJudge(call, prompts, expected, candidates))
+                                     arguments),
+                        PaddedTokensJudge(call, prompts, expected, candidates, reruns))

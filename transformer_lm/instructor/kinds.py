@@ -178,23 +178,25 @@ def parameters_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def module_case(module: torch.nn.Module, inputs: dict[str, torch.Tensor], generator: torch.Generator,
-                with_cache: bool = False):
+                layer: bool = False):
     """Probe arguments (the reference module's parameters by name, the inputs, a random
     upstream gradient) and the expected record (first output, input and parameter gradients and,
-    ``with_cache``, the ``(k, v)`` cache the module returns, where the notebook pins its form) for a
-    student's class with the same parameter names as ``module``."""
+    for a decoder ``layer``, the ``(k, v)`` cache it returns, where the notebook pins its form) for a
+    student's class with the same parameter names as ``module``. The inputs go to ``module`` in
+    order, or, to a decoder ``layer``, as :func:`probes.layer_arguments` says."""
     module.eval()
     module.zero_grad(set_to_none=True)
     leaves = {k: v.clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
-    result = module(*leaves.values())
+    result = module(*(probes.layer_arguments(leaves) if layer else leaves.values()))
     output = result[0] if isinstance(result, tuple) else result
     grad_output = torch.randn(output.shape, generator=generator)
     backward_of(output, grad_output)
-    expected = {"output": output.detach(), **(probes.cache_of(result) if with_cache else {})}
+    expected = {"output": output.detach(), **(probes.cache_of(result) if layer else {})}
     expected.update({f"grad.{k}": v.grad for k, v in leaves.items() if v.is_floating_point()})
     expected.update({f"grad.{n}": p.grad for n, p in module.named_parameters()})
     state = parameters_of(module)
-    return {"state": state, "inputs": inputs, "grad_output": grad_output}, expected
+    arguments = {"state": state, "inputs": inputs, "grad_output": grad_output}
+    return ({**arguments, "layer": True} if layer else arguments), expected
 
 
 # --------------------------------------------------------------------------------------

@@ -27,7 +27,11 @@ import torch.nn.functional as F
 
 from transformer_lm import catalog
 from transformer_lm.instructor import reference
-from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws, TilingFlaws
+from transformer_lm.flaws import Flaws, GenerationFlaws, TilingFlaws
+from transformer_lm.instructor.decoder_mistakes import (  # noqa: F401 - the checks read 06's twins here
+    flawed_apply_rope, flawed_cached_outputs, flawed_generate_padded, flawed_grouped_query_attention,
+    flawed_layer_mask, flawed_padded_inputs, flawed_padding, flawed_repeat_kv, flawed_sliding_window_mask,
+    generate_padded_without_cache)
 from transformer_lm.instructor.mistake_family import MistakeFamily
 
 
@@ -273,85 +277,3 @@ def flawed_flash_gradients(q, k, v, grad_out, causal: bool, block_q: int, block_
             dq[..., qs:qs + block_q, :] += (dscores @ kb) * scale
             dk[..., ks:ks + block_k, :] += (dscores.transpose(-2, -1) @ qb) * (1.0 if flaws.dk_unscaled else scale)
     return dq, dk, dv
-
-
-def flawed_apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float, flaws: DecoderFlaws) -> torch.Tensor:
-    """:func:`transformer_lm.instructor.reference.apply_rope` as a student might write it: pairs interleaved,
-    or frequencies with the exponent off."""
-    d = x.shape[-1]
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d if flaws.rope_exponent == "2i/d" \
-        else torch.arange(d // 2, dtype=torch.float64) / d
-    angles = positions.to(torch.float64).unsqueeze(-1) * base ** -exponents   # (..., T, d/2)
-    if positions.dim() == 2 and x.dim() == 4:
-        angles = angles.unsqueeze(1)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    if flaws.rope_interleaved:
-        even, odd = x[..., 0::2], x[..., 1::2]
-        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
-    return x * torch.cat((cos, cos), dim=-1) + reference.rotate_half(x) * torch.cat((sin, sin), dim=-1)
-
-
-def flawed_repeat_kv(x: torch.Tensor, repeats: int, flaws: DecoderFlaws) -> torch.Tensor:
-    """:func:`transformer_lm.instructor.reference.repeat_kv` as a student might write it."""
-    return x.repeat(1, repeats, 1, 1) if flaws.kv_repeat == "repeat" else reference.repeat_kv(x, repeats)
-
-
-def flawed_sliding_window_mask(query_len: int, key_len: int, window: int, flaws: DecoderFlaws) -> torch.Tensor:
-    """:func:`transformer_lm.instructor.reference.sliding_window_mask` with the window off by ``window_offset``."""
-    return reference.sliding_window_mask(query_len, key_len, window=window + flaws.window_offset)
-
-
-def flawed_padding(attention_mask: torch.Tensor, query_len: int | None, flaws: DecoderFlaws):
-    """The positions ``(B, T)`` and the mask ``(B, 1, query_len, T_k)`` of a left-padded batch as a
-    student might make them."""
-    key_len = attention_mask.shape[-1]
-    positions = torch.arange(key_len).expand(attention_mask.shape) if flaws.positions_from_padding \
-        else reference.left_padded_positions(attention_mask)
-    mask = reference.causal_mask(query_len or key_len, key_len)[None, None].expand(
-        attention_mask.shape[0], 1, -1, -1) if flaws.pads_attended else reference.padded_causal_mask(attention_mask,
-                                                                                                      query_len)
-    return positions, mask
-
-
-def flawed_grouped_query_attention(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
-                                   attn_mask: torch.Tensor | None, flaws: DecoderFlaws) -> torch.Tensor:
-    """The output of ``module`` (the reference's weights) as a student's forward with ``flaws``
-    computes it (rotary embeddings, the sharing of key/value heads, rows with no key to see)."""
-    q = flawed_apply_rope(reference.split_heads(module.q_proj(x), module.n_heads), positions, module.rope_base, flaws)
-    k = flawed_apply_rope(reference.split_heads(module.k_proj(x), module.n_kv_heads), positions, module.rope_base,
-                          flaws)
-    v = reference.split_heads(module.v_proj(x), module.n_kv_heads)
-    repeats = module.n_heads // module.n_kv_heads
-    if attn_mask is None:
-        attn_mask = reference.causal_mask(x.shape[-2])
-    scores = reference.apply_mask(reference.attention_scores(q, flawed_repeat_kv(k, repeats, flaws)), attn_mask)
-    weights = torch.softmax(scores, dim=-1) if flaws.empty_rows_nan else reference.masked_softmax(scores)
-    return module.o_proj(reference.merge_heads(weights @ flawed_repeat_kv(v, repeats, flaws)))
-
-
-def flawed_cached_outputs(module: reference.GroupedQueryAttention, x: torch.Tensor, positions: torch.Tensor,
-                          prefix: int, flaws: DecoderFlaws) -> torch.Tensor:
-    """The outputs of ``module`` on ``x`` ``(B, T, d_model)`` run as a decoder runs it with a KV
-    cache: the first ``prefix`` tokens, then one token per call, each at the position a student's
-    code gives it (``cache_positions_from_zero``: 0, as if nothing were cached)."""
-    outputs, cache = [], None
-    for start, stop in [(0, prefix)] + [(t, t + 1) for t in range(prefix, x.shape[-2])]:
-        where = positions[..., start:stop]
-        if flaws.cache_positions_from_zero and start:
-            where = where - where[..., :1]
-        out, cache = module(x[:, start:stop], where, None, cache)
-        outputs.append(out)
-    return torch.cat(outputs, dim=-2)
-
-
-def flawed_padded_inputs(flaws: DecoderFlaws):
-    """:func:`transformer_lm.instructor.reference.padded_inputs` as a student might write it: positions counted
-    from the padding, pads left unmasked, or the positions after the cache starting at 0."""
-    def inputs(attention_mask: torch.Tensor, query_len: int):
-        total = attention_mask.shape[-1]
-        positions, mask = flawed_padding(attention_mask, query_len, flaws)
-        positions = positions[:, -query_len:]
-        if flaws.cache_positions_from_zero and query_len < total:   # a call after the cache
-            positions = torch.arange(query_len).expand(attention_mask.shape[0], -1)
-        return positions, mask
-    return inputs

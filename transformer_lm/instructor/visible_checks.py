@@ -295,18 +295,23 @@ def _modern_attention() -> dict[str, list[Entry]]:
         "sliding_window_mask": each("sliding_window_mask", *(
             WindowMaskCheck("sliding_window_mask", query_len=query_len, key_len=key_len, window=window)
             for query_len, key_len, window in ((6, 6, 3), (6, 6, 1), (2, 7, 4), (5, 5, 9)))),
-        "grouped_query_attention": each("GroupedQueryAttention", *(
+        "grouped_query_attention": [entry("GroupedQueryAttention", seeded(kind), kind.call) for kind in (
             GroupedQueryCheck("GroupedQueryAttention", **sizes) for sizes in (
                 dict(d_model=16, n_heads=4, n_kv_heads=1, batch=2, seq=5),
                 dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=6, start=3),
                 dict(d_model=12, n_heads=3, n_kv_heads=3, batch=1, seq=4, start=9, base=100.0),
                 dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=7, window=3),
-                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=5, padded=(2, 5))))),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=5, padded=(2, 5)),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=3, past=4, start=4),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=2, past=5, start=5, window=3),
+                dict(d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=2, past=3, padded=(5, 2))))],
         "padding": each("padded_attention_mask", *(
             PaddingCheck("padded_positions", "padded_attention_mask", lengths=lengths, query_len=query_len)
             for lengths, query_len in (((3, 5, 1), None), ((2, 4), 1)))),
-        "padded_generation": each("generate_padded", PaddedGenerationCheck(
-            "generate_padded", "GroupedQueryAttention", config, lengths=(3, 6, 1), max_new_tokens=5)),
+        "padded_generation": each("generate_padded", *(
+            PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", config, lengths=lengths, max_new_tokens=5,
+                                  pad_id=pad_id)
+            for lengths, pad_id in (((3, 6, 1), None), ((2, 5), 3), ((4, 4), None)))),
         "kv_cache_bytes": each("kv_cache_bytes", *(
             CacheBytesCheck("kv_cache_bytes", n_layers=layers, n_kv_heads=heads, head_dim=dim, seq_len=seq,
                             batch=batch, dtype=dtype)

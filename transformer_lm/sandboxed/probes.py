@@ -21,7 +21,7 @@ import contextlib
 
 import torch
 
-from transformer_lm.sandboxed.decoder import DecoderConfig, TinyDecoder
+from transformer_lm.sandboxed.decoder import CacheOnlyDecoder, DecoderConfig, Refused, layer_arguments
 from transformer_lm.sandboxed.student_objects import (ProbeError, build, builtin_exception, kind_of, load_parameters,
                                                       plain)
 from transformer_lm.sandboxed.tensor_trace import held_by, tensors_in, trace_tensors
@@ -83,16 +83,18 @@ def _call_in_order(module, inputs: dict, call_kwargs: dict | None):
 
 def probe_module(cls, init: dict, state: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
                  call_kwargs: dict | None = None, grad_output: torch.Tensor | None = None,
-                 repeat: bool = False) -> dict[str, torch.Tensor]:
+                 repeat: bool = False, layer: bool = False) -> dict[str, torch.Tensor]:
     """Builds ``cls(**init)``, loads ``state``, switches to eval mode and calls it on
-    ``inputs`` (passed by position, in order) and ``call_kwargs``."""
+    ``inputs`` (passed by position, in order) and ``call_kwargs``; a decoder ``layer`` takes them
+    as :func:`~transformer_lm.sandboxed.decoder.layer_arguments` says."""
     torch.manual_seed(0)
     module = build(cls, init)
     load_parameters(module, state)
     module.eval()
     module.zero_grad(set_to_none=True)
-    return _record_call(_call_in_order(module, inputs, call_kwargs), inputs, dict(module.named_parameters()),
-                        grad_output, repeat)
+    call = (lambda **tensors: module(*layer_arguments(tensors))) if layer \
+        else _call_in_order(module, inputs, call_kwargs)
+    return _record_call(call, inputs, dict(module.named_parameters()), grad_output, repeat)
 
 
 def probe_load_from_torch(cls, init: dict, torch_module: str, torch_init: dict, torch_state: dict[str, torch.Tensor],
@@ -347,16 +349,22 @@ def probe_padding(positions_fn, mask_fn, attention_mask: torch.Tensor, query_len
 
 
 def probe_padded_generation(fn, attention, config: dict, state: dict[str, torch.Tensor], prompts: list[list[int]],
-                            max_new_tokens: int) -> list[list[int]]:
-    """Builds :class:`~transformer_lm.sandboxed.decoder.TinyDecoder` on the student's ``attention``
-    class with ``state``, in eval mode, and returns ``fn(model, prompts, max_new_tokens)``: each
-    prompt and its new tokens, as lists of ints."""
+                            max_new_tokens: int, pad_id: int | None = None) -> list[list[int]] | dict[str, str]:
+    """Builds :class:`~transformer_lm.sandboxed.decoder.CacheOnlyDecoder` on the student's ``attention``
+    class with ``state``, in eval mode, and returns ``fn(model, prompts, max_new_tokens)`` (and
+    ``pad_id=pad_id`` when given): each prompt and its new tokens, as lists of ints; or, where the
+    model refused a call that reached the probe, ``{"refused": why}`` (its
+    :class:`~transformer_lm.sandboxed.decoder.Refused` reason)."""
     torch.manual_seed(0)
-    model = TinyDecoder(DecoderConfig(**config), attention)
+    model = CacheOnlyDecoder(DecoderConfig(**config), attention, steps=max_new_tokens)
     load_parameters(model, state)
     model.eval()
-    with torch.no_grad():
-        result = fn(model, [list(p) for p in prompts], max_new_tokens)
+    pad = {} if pad_id is None else {"pad_id": pad_id}
+    try:
+        with torch.no_grad():
+            result = fn(model, [list(p) for p in prompts], max_new_tokens, **pad)
+    except Refused as refusal:
+        return {"refused": refusal.reason}
     if isinstance(result, torch.Tensor) or not isinstance(result, (list, tuple)):
         raise ProbeError(f"The function returned {kind_of(result)}; expected a list with one "
                          "list of token ids per prompt")

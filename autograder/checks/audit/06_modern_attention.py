@@ -3,8 +3,10 @@ and correct answers written another way (see autograder/commands/audit.py).
 
 The attention layer builds on ``apply_rope`` and ``sliding_window_mask``, and padded generation on
 the layer, so a mutant of an earlier answer must cost its own item only. Counting positions from
-the padding changes no generated token under RoPE: the check of the positions names it.
-``kv_cache_bytes`` has no catalogued mistake; it is audited on its alternatives.
+the padding changes no generated token under RoPE: the check of the positions names it. A mask
+made for the first queries after a cache shows only where the layer makes its own mask, which
+generation never asks of it (it always passes one). ``kv_cache_bytes`` has no catalogued mistake;
+it is audited on its alternatives.
 """
 
 ROPE, WINDOW, GQA, PADDED, BYTES = ("apply_rope", "sliding_window_mask", "grouped_query_attention",
@@ -15,11 +17,22 @@ WINDOW_LINE = "return (key_index <= query_index) & (key_index > query_index - wi
 K_HEADS = "k_heads = k.repeat_interleave(group, dim=1)"
 V_HEADS = "v_heads = v.repeat_interleave(group, dim=1)"
 EMPTY = "empty = torch.isneginf(scores).all(dim=-1, keepdim=True)"
+CAUSAL = "attn_mask = torch.tril(ones, diagonal=T_k - T)"
+LAYER_WINDOW = "attn_mask = sliding_window_mask(T, T_k, self.window).to(x.device)"
+FIRST_QUERIES = (CAUSAL, "attn_mask = torch.tril(ones)")   # the causal mask of the first queries after a cache
 SOFTMAX = "weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)"
 ZEROS = "weights = weights.masked_fill(empty, 0.0)"
 POSITIONS = "return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)"
 PAD_MASK = "return causal & attention_mask.bool()[:, None, None, :]"
 NEXT_POSITIONS = "positions = positions[:, -1:] + 1"
+CACHED_CALL = "logits, caches = model(next_tokens, positions, padded_attention_mask(attention_mask, 1), caches)"
+LAST_STEP = ("        if step == max_new_tokens - 1:\n"
+             "            break                                                        "
+             "# the last token needs no forward pass\n")
+# The whole padded batch run again at every step, without the caches.
+RERUN = ((NEXT_POSITIONS, "idx = torch.cat((idx, next_tokens), dim=-1)"),
+         (CACHED_CALL, "logits, caches = model(idx, padded_positions(attention_mask), "
+                       "padded_attention_mask(attention_mask, idx.shape[-1]))"))
 BYTES_LINE = "return vectors * head_dim * dtype.itemsize"
 
 INTERLEAVED = '''def apply_rope(x, positions, base=10000.0):
@@ -70,6 +83,9 @@ def mutants(answer):
             "kv_heads_repeated_not_interleaved": answer(GQA, (K_HEADS, "k_heads = k.repeat(1, group, 1, 1)"),
                                                         (V_HEADS, "v_heads = v.repeat(1, group, 1, 1)")),
             "empty_rows_nan": answer(GQA, (SOFTMAX, "weights = torch.softmax(scores, dim=-1)"), (ZEROS, "pass")),
+            "cache_causal_first_queries": answer(GQA, FIRST_QUERIES),
+            "cache_window_first_queries": answer(GQA, (LAYER_WINDOW, LAYER_WINDOW.replace(
+                "(T, T_k, self.window)", "(T_k, T_k, self.window)[:T]"))),
         },
         PADDED: {
             "positions_from_padding": answer(PADDED, (POSITIONS, "return torch.arange(attention_mask.shape[-1])"
@@ -77,6 +93,7 @@ def mutants(answer):
             "pads_attended": answer(PADDED, (PAD_MASK, "return causal.expand(attention_mask.shape[0], 1, -1, -1)")),
             "cache_positions_not_offset_rope": answer(PADDED, (NEXT_POSITIONS,
                                                                "positions = torch.zeros_like(positions[:, -1:])")),
+            "generation_reruns_sequence": answer(PADDED, *RERUN),
         },
     }
 
@@ -106,6 +123,10 @@ def alternatives(answer):
             ("additive mask", answer(GQA, ('scores = scores.masked_fill(~attn_mask, float("-inf"))',
                                            'scores = scores + torch.zeros_like(scores).masked_fill(~attn_mask, '
                                            'float("-inf"))'))),
+            ("causal mask by index", answer(GQA, (CAUSAL, "attn_mask = torch.arange(T_k, device=x.device) <= "
+                                                          "torch.arange(T_k - T, T_k, device=x.device)[:, None]"))),
+            ("the last rows of the square window", answer(GQA, (LAYER_WINDOW, LAYER_WINDOW.replace(
+                "(T, T_k, self.window)", "(T_k, T_k, self.window)[T_k - T:]")))),
         ],
         PADDED: [
             ("positions with where", answer(PADDED, (POSITIONS, "counted = attention_mask.long().cumsum(-1) - 1\n"
@@ -116,6 +137,9 @@ def alternatives(answer):
             ("next positions from the mask", answer(PADDED, (NEXT_POSITIONS, "positions = padded_positions(torch.cat("
                                                                              "(attention_mask, torch.ones_like("
                                                                              "next_tokens)), dim=-1))[:, -1:]"))),
+            ("a forward pass after the last token too", answer(PADDED, (LAST_STEP, ""))),
+            ("the caches passed as a new list", answer(PADDED, (CACHED_CALL, CACHED_CALL.replace(
+                "caches)", "[(k, v) for k, v in caches])")))),
         ],
         BYTES: [
             ("bits", answer(BYTES, (BYTES_LINE, "return vectors * head_dim * torch.finfo(dtype).bits // 8"))),
