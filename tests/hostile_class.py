@@ -71,8 +71,34 @@ SOFTMAX_BY_GETATTR = '''def softmax_stable(x):
     return getattr(torch, "soft" + "max")(x, dim=-1)
 '''
 SOFTMAX_BY_OPS = '''def softmax_stable(x):
-    return torch.ops.aten._softmax(x, -1, False)
+    return getattr(torch.ops.aten, "_soft" + "max")(x, -1, False)
 '''
+# The library's attention as a softmax (queries e1, keys x e1 sqrt(n), values I), under a name made at
+# run time: the fused kernel computes the softmax with no softmax operator, and is absent all the same.
+SOFTMAX_BY_ATTENTION = '''def softmax_stable(x):
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)                                       # (R, n)
+    q = torch.zeros(rows.shape[0], 1, 1, n)
+    q[..., 0] = 1.0                                               # (R, 1, 1, n): one query e1 a row
+    k = torch.zeros(rows.shape[0], 1, n, n)
+    k[..., 0] = rows[:, None, :] * n ** 0.5                       # (R, 1, n, n): key j scores x[j]
+    v = torch.eye(n).expand(rows.shape[0], 1, n, n)               # (R, 1, n, n)
+    attend = getattr(torch.nn.functional, "scaled_dot_product" + "_attention")
+    return attend(q, k, v).reshape(x.shape)
+'''
+# Honest code whose names are the library's: d2l's own softmax helper, and an answer that checks its input.
+NAMED_LIKE_THE_LIBRARY = '''def softmax(X):
+    """d2l's softmax, by hand."""
+    X_exp = torch.exp(X - X.max(dim=-1, keepdim=True).values)
+    return X_exp / X_exp.sum(dim=-1, keepdim=True)
+
+
+def softmax_stable(x):
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise ValueError("softmax_stable takes a tensor of at least one dimension")
+    return softmax(x)
+'''
+
 SOFTMAX_HELPER = "def normalise(scores):\n    return torch.softmax(scores, dim=-1)\n"
 SOFTMAX_BY_HELPER = '''def softmax_stable(x):
     return normalise(x)
@@ -321,6 +347,10 @@ def cases(course: Path) -> list[Case]:
              {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
         Case("fbd_ops", replace(good, "softmax_stable", SOFTMAX_BY_OPS), 9, {"softmax_stable": {"forbidden"}},
              message=RAN_SOFTMAX),
+        Case("fbd_attention", replace(good, "softmax_stable", SOFTMAX_BY_ATTENTION), 9,
+             {"softmax_stable": {"forbidden"}}),
+        Case("honest_named_softmax", replace(good, "softmax_stable", NAMED_LIKE_THE_LIBRARY), 10,
+             {item: {"passed"} for item in ITEMS}, message={"softmax_stable": "All hidden checks passed."}),
         Case("fbd_helper", add_cell(replace(good, "softmax_stable", SOFTMAX_BY_HELPER), SOFTMAX_HELPER, "softmax_stable"),
              9, {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
         Case("snoop_control", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",

@@ -62,6 +62,20 @@ SOFTMAX_ROUTES = {
     "a decomposition": "torch._decomp.decomposition_table[torch.ops.aten._softmax.default](x, -1, False)",
     "cross_entropy": "torch.nn.functional.cross_entropy(x, torch.tensor([0, 1, 2]))",
 }
+SOFTMAX_BY_ATTENTION = {
+    # attention of queries e1 against keys x e1 sqrt(4) and values I is x's softmax, row by row
+    "F.scaled_dot_product_attention as a softmax": "torch.nn.functional.scaled_dot_product_attention("
+                                                   "E1, KEYS(x), torch.eye(4)[None])",
+    "the CPU flash kernel as a softmax": "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu("
+                                         "E1[None], KEYS(x)[None], torch.eye(4)[None, None])",
+    "flex_attention as a softmax": "__import__('torch.nn.attention.flex_attention').nn.attention.flex_attention"
+                                   ".flex_attention(E1[None], KEYS(x)[None], torch.eye(4)[None, None])",
+    "nn.MultiheadAttention's fast path as a softmax": "torch.ops.aten._native_multi_head_attention(E1, KEYS(x), "
+                                                      "torch.eye(4)[None].expand(1, 4, 4), 4, 1, torch.eye(4).repeat(3, 1), "
+                                                      "torch.zeros(12), torch.eye(4), torch.zeros(4))",
+}
+"""A softmax from the library's attention: attention of queries e1 against keys x e1 sqrt(4) and values
+I is softmax(x), which the kernels compute without a softmax operator of their own."""
 ATTENTION_ROUTES = {
     "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(x[None], x[None], x[None])",
     "the math kernel": "torch.ops.aten._scaled_dot_product_attention_math(x[None], x[None], x[None])",
@@ -93,6 +107,11 @@ def routes_after(forbids: str, routes: dict[str, str], attack: str = "", prepare
         absence.remove(absent_from_run({forbids}))
         {attack}
         x = torch.randn(3, 4)
+        E1 = torch.eye(4)[:1].expand(4, 4)[None]           # (1, 4, 4): four queries e1
+        def KEYS(x):
+            return torch.zeros(1, 4, 4).index_put_((torch.tensor(0), torch.arange(4), torch.tensor(0)), x[0] * 2)
+        def first(out):
+            return out[0] if isinstance(out, tuple) else out
     ''') + TRY + calls)
     return dict(line.rsplit(" ", 1) for line in out.splitlines())
 
@@ -100,7 +119,7 @@ def routes_after(forbids: str, routes: dict[str, str], attack: str = "", prepare
 @pytest.mark.parametrize("prepared", [False, True], ids=["walked", "indexed"])
 def test_every_route_to_a_forbidden_softmax_or_attention_raises_and_the_rest_runs(prepared):
     got = routes_after("forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION",
-                       {**SOFTMAX_ROUTES, **ATTENTION_ROUTES, **ALLOWED}, prepared=prepared)
+                       {**SOFTMAX_ROUTES, **SOFTMAX_BY_ATTENTION, **ATTENTION_ROUTES, **ALLOWED}, prepared=prepared)
     assert {label: got[label] for label in ALLOWED} == dict.fromkeys(ALLOWED, "ran")
     ran = [label for label in {**SOFTMAX_ROUTES, **ATTENTION_ROUTES} if got[label] == "ran"]
     assert not ran, f"these reached a forbidden call: {ran}"
@@ -113,12 +132,11 @@ from transformer_lm import forbidding
 from autograder.reading.forbidden import absent_from_run
 from harness import absence
 absent = absent_from_run(forbidding.SOFTMAX + forbidding.LIBRARY_ATTENTION)
-fragments = absent["fragments"]
 refusal = absence._refuse("x").__code__
+absence.prepare()
+targets = [absence._named(where) for where in absent["functions"]]
 def refused(value):
     return isinstance(value, types.FunctionType) and value.__code__ is refusal
-def named(value):
-    return isinstance(getattr(value, "__name__", None), str) and any(f in value.__name__ for f in fragments)
 def functions(chosen):
     found = []
     for name, module in list(sys.modules.items()):
@@ -130,11 +148,11 @@ def functions(chosen):
     return sorted(found)
 def tables(chosen):
     return sorted(f"{number} {operator}" for number, table in enumerate(absence._decomposition_tables())
-                  for operator, value in table.items() if chosen(str(operator), value))
-absence.prepare()
-wanted = (functions(lambda value, forward: isinstance(value, types.FunctionType) and named(value)
-                    or isinstance(value, type) and forward is not None and named(value)),
-          tables(lambda operator, value: any(f in operator for f in fragments) or named(value)))
+                  for operator, value in table.items() if chosen(operator, value))
+operators = {name.replace("::", ".") for name in absent["operators"]}
+wanted = (functions(lambda value, forward: any(value is target for target in targets)),
+          tables(lambda operator, value: str(operator).rsplit(".", 1)[0] in operators
+                 or any(value is target for target in targets)))
 for indexed in (True, False):
     if os.fork() == 0:
         absence.INDEX = absence.INDEX if indexed else None
@@ -148,16 +166,31 @@ for indexed in (True, False):
 '''
 
 
-def test_the_servers_index_takes_out_what_the_rule_names():
-    """The index the warm server makes once finds, by name, the very functions, classes and
-    decomposition entries of torch whose names hold a forbidden fragment, found here by a walk of
-    every module of torch of the test's own: taken out through the index, as a grading run does,
-    and through the index made again in a run that loaded more modules than the server."""
+def test_the_servers_index_takes_out_what_the_families_name():
+    """The index the warm server makes once finds the very functions and classes of torch that the
+    families name (each object, under every name a loaded module of torch gives it) and the
+    decomposition entries of the families' operators, found here by a walk of every module of torch
+    of the test's own: taken out through the index, as a grading run does, and through the index made
+    again in a run that loaded more modules than the server."""
     lines = [json.loads(line) for line in run(TAKEN_OUT).splitlines()]
     assert [line[0] for line in lines] == [True, False]   # the first run takes the server's index
     for _, wanted_functions, wanted_tables, functions, tables in lines:
-        assert len(wanted_functions) > 50 and len(wanted_tables) > 10
+        assert len(wanted_functions) > 10 and len(wanted_tables) > 5
         assert (functions, tables) == (wanted_functions, wanted_tables)
+
+
+def test_the_attention_kernels_compute_a_softmax_where_nothing_is_absent():
+    """The control: each route of :data:`SOFTMAX_BY_ATTENTION` gives the row's softmax."""
+    checked = {label: f"torch.testing.assert_close(first({call}).reshape(-1, 4), "
+                      f"torch.softmax(x[0], -1).expand(4, 4))" for label, call in SOFTMAX_BY_ATTENTION.items()}
+    got = routes_after("()", checked)
+    assert got == dict.fromkeys(SOFTMAX_BY_ATTENTION, "ran")
+
+
+def test_a_run_that_forbids_only_softmax_takes_out_the_attention_kernels_too():
+    got = routes_after("forbidding.SOFTMAX", {**SOFTMAX_ROUTES, **SOFTMAX_BY_ATTENTION, **ALLOWED}, prepared=True)
+    assert {label: got[label] for label in ALLOWED} == dict.fromkeys(ALLOWED, "ran")
+    assert [label for label in {**SOFTMAX_ROUTES, **SOFTMAX_BY_ATTENTION} if got[label] == "ran"] == []
 
 
 def test_a_run_that_forbids_only_attention_keeps_softmax():

@@ -2,6 +2,8 @@
 its stack as the sandbox's trace reports them: one mistake costs points once, and no answer gains
 by calling the library from somewhere else."""
 
+import pytest
+
 from autograder.reading.forbidden import found_in_trace
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 
@@ -57,22 +59,23 @@ def softmax_stable(x: torch.Tensor) -> "torch.nn.functional.softmax":
 '''
 
 
-def _preflight_of(answer: str, tmp_path):
-    """Preflight of assignment 01's solution notebook with ``answer`` in softmax_stable's cell."""
+def _preflight_of(answer: str, tmp_path, assignment: str = "01_attention_basics", grade_id: str = "softmax_stable"):
+    """Preflight of ``assignment``'s solution notebook with ``answer`` in answer cell ``grade_id``."""
     import importlib.util
     import json
 
     import notebook_tools as tools
     from autograder.reading.preflight import preflight
 
-    a, nb = "01_attention_basics", "attention_basics.ipynb"
-    spec = importlib.util.spec_from_file_location("checks_01", tools.REPO_ROOT / "autograder" / "checks" / f"{a}.py")
+    path = next((tools.REPO_ROOT / "source" / assignment).glob("*.ipynb"))
+    spec = importlib.util.spec_from_file_location("checks", tools.REPO_ROOT / "autograder" / "checks" /
+                                                  f"{assignment}.py")
     checks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(checks)
-    path = tmp_path / nb
-    path.write_text(json.dumps(tools.replace_solution(tools.REPO_ROOT / "source" / a / nb, "softmax_stable", answer)))
-    release = json.loads((tools.REPO_ROOT / "release" / a / nb).read_text())["cells"]
-    return preflight(path, release, checks.ITEMS)
+    submitted = tmp_path / path.name
+    submitted.write_text(json.dumps(tools.replace_solution(path, grade_id, answer)))
+    release = json.loads((tools.REPO_ROOT / "release" / assignment / path.name).read_text())["cells"]
+    return preflight(submitted, release, checks.ITEMS)
 
 
 def test_honest_text_is_never_an_accusation(tmp_path):
@@ -88,3 +91,90 @@ def test_a_forbidden_call_in_the_code_is_named_before_the_run(tmp_path):
     status, message = found.item_status["softmax_stable"]
     assert status == "forbidden" and "softmax" in message
     assert found.flags == []
+
+
+# Honest code whose names look like the library's: none of it calls a forbidden object.
+D2L_SOFTMAX = '''def softmax(X):
+    X_exp = torch.exp(X - X.max(dim=-1, keepdim=True).values)
+    partition = X_exp.sum(dim=-1, keepdim=True)
+    return X_exp / partition
+
+
+def softmax_stable(x):
+    return softmax(x)
+'''
+TF_STYLE_02 = '''def scaled_dot_product_attention(q, k, v, scale):
+    """The TensorFlow tutorial's helper, by hand: softmax(q k^T / scale) v."""
+    scores = q @ k.transpose(1, 2) / scale
+    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    return (weights / weights.sum(dim=-1, keepdim=True)) @ v
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, input_size, hidden):
+        super().__init__()
+        self.q = nn.Linear(input_size, hidden)
+        self.k = nn.Linear(input_size, hidden)
+        self.v = nn.Linear(input_size, hidden)
+        self.scale = hidden ** 0.5
+
+    def forward(self, x):
+        return scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), self.scale)
+'''
+SHADOWED = '''from torch.nn.functional import softmax
+
+
+def softmax_stable(x):
+    def softmax(row):   # the helper shadows the import inside this function
+        e = torch.exp(row - row.amax(dim=-1, keepdim=True))
+        return e / e.sum(dim=-1, keepdim=True)
+    return softmax(x)
+'''
+
+
+@pytest.mark.parametrize("answer", [D2L_SOFTMAX, SHADOWED], ids=["d2l helper", "a helper shadowing the import"])
+def test_a_helper_named_like_the_library_is_the_notebooks_own(answer, tmp_path):
+    found = _preflight_of(answer, tmp_path)
+    assert (found.flags, found.item_status, found.unsure) == ([], {}, {})
+
+
+def test_a_helper_named_scaled_dot_product_attention_costs_nothing(tmp_path):
+    found = _preflight_of(TF_STYLE_02, tmp_path, "02_multihead_attention", "self_attention")
+    assert (found.flags, found.item_status, found.unsure) == ([], {}, {})
+
+
+def test_isinstance_and_a_weight_copy_from_the_library_layer_cost_nothing(tmp_path):
+    import notebook_tools as tools
+
+    source = tools.cell_by_grade_id(tools.read(next((tools.REPO_ROOT / "source" / "03_pytorch_attention")
+                                                   .glob("*.ipynb"))), "multiheaded_self_attention").source
+    checked = source.replace('        w_q, w_k, w_v = mha.in_proj_weight.chunk(3, dim=0)',
+                             '        if not isinstance(mha, nn.MultiheadAttention):\n'
+                             '            raise TypeError(f"expected nn.MultiheadAttention, got {type(mha)}")\n'
+                             '        w_q, w_k, w_v = mha.in_proj_weight.chunk(3, dim=0)')
+    assert checked != source
+    found = _preflight_of(checked, tmp_path, "03_pytorch_attention", "multiheaded_self_attention")
+    assert (found.flags, found.item_status, found.unsure) == ([], {}, {})
+
+
+@pytest.mark.parametrize("answer", [
+    "from torch.nn.functional import softmax as normalise\n\n\ndef softmax_stable(x):\n    return normalise(x, -1)\n",
+    "import torch as t\n\n\ndef softmax_stable(x):\n    return t.special.softmax(x, -1)\n",
+    "def softmax_stable(x):\n    return torch._C._VariableFunctions.softmax(x, -1)\n",
+    "def softmax_stable(x):\n    return torch.ops.aten._softmax(x, -1, False)\n",
+    "def softmax_stable(x):\n    q = torch.zeros(x.shape[-1], 1)\n"
+    "    return torch.nn.functional.scaled_dot_product_attention(q, x, torch.eye(x.shape[-1]))\n",
+], ids=["an alias", "another module's name", "torch's own alias", "an ATen operator", "attention as a softmax"])
+def test_a_call_that_resolves_to_the_library_is_forbidden_before_the_run(answer, tmp_path):
+    status, message = _preflight_of(answer, tmp_path).item_status["softmax_stable"]
+    assert status == "forbidden" and "softmax" in message
+
+
+@pytest.mark.parametrize("answer", [
+    "def softmax_stable(x):\n    return x.softmax(-1)\n",
+    "def softmax_stable(x):\n    normalise = torch.nn.functional.softmax\n    return normalise(x, -1)\n",
+    "def softmax_stable(x):\n    return nn.Softmax(dim=-1)(x)\n",
+], ids=["a method of a value", "a forbidden function kept in a variable", "the library layer built"])
+def test_a_use_the_reading_cannot_settle_costs_nothing_before_the_run(answer, tmp_path):
+    found = _preflight_of(answer, tmp_path)
+    assert found.item_status == {} and found.unsure["softmax_stable"].name == "softmax"

@@ -110,6 +110,12 @@ def test_forbidden_calls_out_of_the_answers_text_are_flagged(graded_class):
         assert any(flag.endswith("ran softmax (seen in what ran, not in its text).") for flag in flags), flags
 
 
+def test_honest_code_named_like_the_library_is_never_flagged(graded_class):
+    """A helper called ``softmax`` and an ``isinstance`` check: full marks, no flag."""
+    root, _, _ = graded_class
+    assert report(root, "honest_named_softmax")["flags"] == []
+
+
 def test_the_batch_carries_on_and_every_student_and_item_is_in_grades_csv(graded_class):
     root, cases, _ = graded_class
     with (root / "reports" / A / "grades.csv").open() as f:

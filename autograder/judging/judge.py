@@ -42,6 +42,9 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
     if result.status != "passed":
         return result
     result.score = item.points
+    unsure = pre.unsure.get(item.grade_id)
+    if unsure is not None and result.message == OUTCOME["passed"]:
+        result.message = render(OUTCOME["passed_unsure"], line=unsure.line, calls=unsure.name)
     problems = style_problems(answer.source) if item.style_deduction else []
     if problems:
         result.score = max(0.0, item.points - item.style_deduction)

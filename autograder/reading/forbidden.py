@@ -1,8 +1,9 @@
 """What an item forbids (the library function its exercise asks students to write): absent from the
 run that checks it (:func:`absent_from_run`), and found twice.
 
-Before anything runs, in the answer's text: :func:`found_in_text`, preflight's early, named
-message. While the answer is checked, in what ran: :func:`found_in_trace` reads the names that
+Before anything runs, in the answer's code, its names resolved to what they are
+(:mod:`transformer_lm.library_calls`, preflight's early, named message). While the answer is
+checked, in what ran: :func:`found_in_trace` reads the names that
 :func:`transformer_lm.sandboxed.call_trace.trace_calls` recorded in the sandbox (torch functions by
 name and ATen operators), so a call reached through ``getattr`` strings, ``torch.ops.aten`` or a
 helper in another cell is found too. Both run in the trusted process.
@@ -10,12 +11,7 @@ helper in another cell is found too. Both run in the trusted process.
 
 from __future__ import annotations
 
-from transformer_lm.forbidding import forbidden_name, name_fragments, runtime_names
-
-
-def found_in_text(forbids: tuple[str, ...], mentioned: set[str]) -> list[str]:
-    """The forbidden names among the names an answer's code mentions."""
-    return sorted({forbidden_name(path) for path in forbids} & mentioned)
+from transformer_lm.forbidding import python_functions, runtime_names
 
 
 def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]]], own_cell: int | None,
@@ -43,7 +39,8 @@ def found_in_trace(forbids: tuple[str, ...], ran: dict[str, list[tuple[int, ...]
 
 def absent_from_run(forbids: tuple[str, ...]) -> dict[str, list[str]]:
     """What a run that checks an item forbidding ``forbids`` takes out of PyTorch before any student
-    code (:mod:`autograder.running.harness.absence`): every ATen operator of the forbidden calls' families,
-    and the name fragments of torch's Python re-implementations of them."""
+    code (:mod:`autograder.running.harness.absence`): every ATen operator of the forbidden calls'
+    families, and torch's Python functions and classes that compute them (``module:attribute``),
+    each found by what it computes (:mod:`transformer_lm.instructor.operator_families`)."""
     return {"operators": sorted(name for name in runtime_names(forbids) if "::" in name),
-            "fragments": sorted(name_fragments(forbids))}
+            "functions": python_functions(forbids)}

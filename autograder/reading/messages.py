@@ -87,6 +87,9 @@ OUTCOME = {
     "no_notebook": "No notebook was submitted for this part of the assignment.",
     "forbidden_text": "The answer uses {calls:names}, the library version of what this exercise asks you to write "
                       "yourself.",
+    "passed_unsure": "All hidden checks passed. Line {line:number} of the answer may reach {calls:names} "
+                     "through a name the grader could not resolve before the run; it did not run while the answer "
+                     "was checked, so nothing was taken for it.",
     "forbidden_ran": "While it was checked, the answer ran {calls:names}, the library version of what this exercise "
                      "asks you to write yourself (the grader sees the operations that run, whatever name reached "
                      "them).",

@@ -8,8 +8,11 @@ submission did to them; answer cells keep the student's code but get the release
 metadata back; graded cells that are missing are restored as their release stubs; a pasted
 duplicate of a graded cell is kept as an ordinary cell. Each repair is reported.
 
-Then every answer cell's code tokens are read for the library calls its item forbids (the
-``forbidden`` status, with an early, named message). Nothing here accuses a submission of
+Then every answer cell's code is read for the library calls its item forbids, each name resolved to
+what the notebook binds it to (:mod:`transformer_lm.library_calls`): a call of a forbidden object
+is the ``forbidden`` status, with an early, named message; a use the reading cannot settle costs
+nothing and is told with the item's result, since the run, from which the forbidden calls are
+absent, decides. Nothing here accuses a submission of
 tampering: a notebook's text is not evidence of it (honest code names torch.compile in a comment,
 or a library class in a type hint). Tampering is flagged only on what a run did (the run's
 guard, a frame the trusted side cannot read, a removed capability the run reached for).
@@ -22,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reading.cells import grade_ids, marks, role, source_text
-from autograder.reading.forbidden import found_in_text
 from autograder.reading.messages import OUTCOME, render
 from autograder.reading.notebook_data import read_notebook, shown
-from transformer_lm.source_scan import mentioned_names
+from transformer_lm.forbidding import forbidden_objects
+from transformer_lm.library_calls import Use, forbidden_uses, notebook_bindings
 
 SKIP_TAG = "skip-grading"
 
@@ -52,6 +55,7 @@ class Preflight:
     flags: list[str] = field(default_factory=list)
     fatal: str | None = None
     item_status: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unsure: dict[str, Use] = field(default_factory=dict)  # a use of a forbidden call the reading could not settle
 
     def answer(self, grade_id: str) -> Cell | None:
         return next((c for c in self.cells if c.grade_id == grade_id and c.role == "answer"), None)
@@ -135,6 +139,7 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         result.cells.append(Cell(index, node["cell_type"], source_text(node.get("source", "")), grade_id, role(node),
                                  SKIP_TAG in tags or (grade_id is not None and grade_id in release_skip), node))
     result.notebook = {**data, "cells": restored}
+    notebook = notebook_bindings([cell.source for cell in result.code_cells])
     for item in items:
         answer = result.answer(item.answer_id)
         if answer is None:
@@ -142,8 +147,11 @@ def preflight(path: Path | None, release_cells: list[dict], items) -> Preflight:
         if item.answer_id in lost:
             result.item_status[item.grade_id] = ("missing", OUTCOME["no_cell"])
             continue
-        used = found_in_text(item.forbids, mentioned_names(answer.source)) if item.forbids else []
-        if used:
+        uses = forbidden_uses(answer.source, forbidden_objects(item.forbids), notebook) if item.forbids else []
+        certain = sorted({use.name for use in uses if use.certain})
+        if certain:
             result.item_status[item.grade_id] = (
-                "forbidden", render(OUTCOME["forbidden_text"], calls=", ".join(used)))
+                "forbidden", render(OUTCOME["forbidden_text"], calls=", ".join(certain)))
+        elif uses:
+            result.unsure[item.grade_id] = uses[0]
     return result

@@ -1,12 +1,13 @@
 """What an item forbids, absent from the run that checks it.
 
 Before any student code runs, the run takes out of PyTorch what its items ask students to write
-themselves: every kernel of the forbidden operators (the public one, its private kernels and
-fallbacks, and their backward operators, as the trusted side lists them from the registry) is
-replaced in the dispatcher by one that raises, and so is every Python re-implementation of them
-that torch holds (its decompositions and references, the quantizable ``MultiheadAttention``,
-``multi_head_attention_forward``). A call of any of them raises :class:`Absent`, whatever name or
-route reached it.
+themselves: every operator that computes it, whatever its name (the public one, its private kernels
+and fallbacks, the attention kernels that compute a softmax, and their backward operators, as the
+trusted side found them by calling each operator, :mod:`transformer_lm.instructor.operator_families`),
+is replaced in the dispatcher by one that raises, and so is every Python function of torch found to
+compute it (its decompositions and references, ``flex_attention``), with the library layer whose
+``forward`` is forbidden. A call of any of them raises :class:`Absent`, whatever name or route
+reached it.
 
 What can bring them back? Not the original kernels: a kernel replaced in the dispatcher's table is
 no longer reachable from Python, and the registrations that replace it live as long as the run,
@@ -19,6 +20,7 @@ forbidden function is copying, which the similarity report is for.
 from __future__ import annotations
 
 import bisect
+import importlib
 import itertools
 import sys
 import types
@@ -75,25 +77,42 @@ def _remove_kernels(operators: list[str]) -> list[object]:
     return list(handles.values())
 
 
-def _forbidden(name: str, fragments: tuple[str, ...]) -> bool:
-    return any(fragment in name for fragment in fragments)
+def _named(where: str):
+    """The function or class ``module:attribute`` names, its module imported first (a run's item may
+    forbid what no module loaded so far holds, ``flex_attention``); None where there is none."""
+    module_name, attribute = where.split(":")
+    try:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    except ImportError:
+        return None
+    return getattr(module, attribute, None)
 
 
-def _remove_python(fragments: tuple[str, ...]) -> None:
-    """torch's Python functions whose names hold a fragment are replaced by ones that raise, in every
-    module of torch that holds them; so are the ``forward`` of its classes whose names hold one
-    (``MultiheadAttention``, the quantizable one included), the decomposition tables' entries and
-    the Python kernels of the forbidden operators."""
+def _remove_python(functions: list[str], operators: list[str]) -> None:
+    """torch's Python functions and classes named in ``functions`` (``module:attribute``) are
+    replaced by ones that raise (a class's ``forward``), in every module of torch that holds the same
+    object; so are the decomposition tables' entries of ``operators`` or of those functions, and
+    the Python kernels of ``operators``."""
+    targets = [value for value in map(_named, functions) if value is not None]
     index = INDEX if INDEX is not None and INDEX.modules == len(sys.modules) else Index.of_torch()
+    wanted = {id(value) for value in targets}
     replaced: dict[int, object] = {}
-    for module_name, module, attribute, value in index.functions.matching(fragments):
+    for module_name, module, attribute, value in index.functions.matching(tuple({v.__name__ for v in targets})):
+        if id(value) not in wanted:
+            continue
         if isinstance(value, type):
             value.forward = _refuse(f"{value.__module__}.{value.__name__}.forward")
         else:
             setattr(module, attribute, replaced.setdefault(id(value), _refuse(f"{module_name}.{attribute}")))
-    for table, operator in index.decompositions.matching(fragments):
+    packets = [f"{name.replace('::', '.')}." for name in operators]
+    for table, operator in index.decompositions.matching(tuple(packets)):
         table[operator] = _refuse(str(operator))
-    for packet in (getattr(torch.ops.aten, name, None) for name in dir(torch.ops.aten) if _forbidden(name, fragments)):
+    for table, operator in index.decompositions.matching(tuple(v.__name__ for v in targets)):
+        if id(table[operator]) in wanted:
+            table[operator] = _refuse(str(operator))
+    for name in operators:
+        namespace, operator = name.split("::")
+        packet = getattr(getattr(torch.ops, namespace), operator, None) if namespace == "aten" else None
         for overload in (getattr(packet, o) for o in packet.overloads()) if packet is not None else ():
             for key in list(overload.py_kernels):
                 overload.py_kernels[key] = _refuse(str(overload))
@@ -170,11 +189,12 @@ def prepare() -> None:
 
 def remove(absent: dict) -> None:
     """Takes out of this process what ``absent`` lists: ``operators`` (``aten::_softmax``...) and
-    the name ``fragments`` of torch's Python re-implementations. Call it before any student code."""
-    if not absent.get("operators") and not absent.get("fragments"):
+    torch's Python ``functions`` (``module:attribute``) that compute them. Call it before any student
+    code."""
+    if not absent.get("operators") and not absent.get("functions"):
         return
     handles = _remove_kernels(absent.get("operators", []))
-    _remove_python(tuple(absent.get("fragments", ())))
+    _remove_python(absent.get("functions", []), absent.get("operators", []))
     global keep
     keep = sealed_code.with_constants(sealed_code.KEEP_CODE, "keep", {"KEPT": tuple(handles)})
 
