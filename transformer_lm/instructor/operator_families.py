@@ -154,7 +154,7 @@ def _schema_arguments(schema, tensors: tuple) -> dict | None:
     return None if given else arguments
 
 
-def _python_arguments(function: Callable, tensors: tuple) -> tuple[list, dict] | None:
+def _python_arguments(function: Callable, tensors: tuple) -> list | None:
     """Positional arguments for a Python function: ``tensors`` first, then its other parameters
     without a default by :data:`INTEGERS` or False; None when the tensors do not fit."""
     try:
@@ -165,7 +165,7 @@ def _python_arguments(function: Callable, tensors: tuple) -> tuple[list, dict] |
     if len(parameters) < len(tensors):
         return None
     rest = [INTEGERS.get(p.name, False) for p in parameters[len(tensors):] if p.default is p.empty]
-    return [t.clone() for t in tensors] + rest, {}
+    return [t.clone() for t in tensors] + rest
 
 
 def operators() -> list:
@@ -180,28 +180,39 @@ def overload(name: str, overload_name: str):
     return getattr(getattr(getattr(torch.ops, namespace), operator), overload_name or "default")
 
 
-def forward_members(families: dict[str, list[Case]]) -> dict[str, set[str]]:
-    """For each family, the operators (``aten::_softmax``) one of whose calls on a case gives its result."""
+def _members_by_trial(families: dict[str, list[Case]], candidates: list, label: Callable,
+                      call: Callable) -> dict[str, set[str]]:
+    """For each family, ``label(candidate)`` of each candidate one of whose calls on a case gives its
+    result: ``call(candidate, case)`` is that call, a function of no arguments, or None where the
+    case does not fit the candidate. Each candidate is tried in a forked child (:func:`crash_safe`)."""
     def tried(candidate):
-        name, overload_name, schema = candidate
         for family, family_cases in families.items():
             for case in family_cases:
-                arguments = _schema_arguments(schema, case.tensors)
-                if arguments is None:
+                made = call(candidate, case)
+                if made is None:
                     continue
                 try:
-                    result = overload(name, overload_name)(**arguments)
-                except Exception:  # noqa: BLE001 - a candidate that refuses these inputs is not a member
+                    result = made()
+                except BaseException:  # noqa: BLE001 - SystemExit too: a candidate that refuses is no member
                     continue
                 if gives(result, case.expected):
-                    yield f"{family} {name}"
+                    yield f"{family} {label(candidate)}"
                     break
-    found, _ = crash_safe(operators(), tried)
+    found, _ = crash_safe(candidates, tried)
     members = {family: set() for family in families}
     for line in found:
-        family, name = line.split(" ", 1)
-        members[family].add(name)
+        family, member = line.split(" ", 1)
+        members[family].add(member)
     return members
+
+
+def forward_members(families: dict[str, list[Case]]) -> dict[str, set[str]]:
+    """For each family, the operators (``aten::_softmax``) one of whose calls on a case gives its result."""
+    def call(candidate, case):
+        name, overload_name, schema = candidate
+        arguments = _schema_arguments(schema, case.tensors)
+        return None if arguments is None else lambda: overload(name, overload_name)(**arguments)
+    return _members_by_trial(families, operators(), lambda candidate: candidate[0], call)
 
 
 class _Recorder(TorchDispatchMode):
@@ -334,29 +345,14 @@ def python_members(families: dict[str, list[Case]]) -> dict[str, set[str]]:
     """For each family, torch's Python functions and layers (``module:attribute``) one of whose calls
     on a case gives its result: a function called with the case's tensors, a layer made by
     :func:`identity_layer` called with queries, keys and values."""
-    def tried(where):
+    def call(where, case):
         function = resolve(where)
         if isinstance(function, type):
             layer = identity_layer(function)
             function = layer.forward if layer is not None else None
-        for family, family_cases in families.items():
-            for case in family_cases:
-                arguments = _python_arguments(function, case.tensors) if function is not None else None
-                if arguments is None:
-                    continue
-                try:
-                    result = function(*arguments[0])
-                except BaseException:  # noqa: BLE001 - SystemExit too: a candidate that refuses is no member
-                    continue
-                if gives(result, case.expected):
-                    yield f"{family} {where}"
-                    break
-    found, _ = crash_safe(python_functions(), tried)
-    members = {family: set() for family in families}
-    for line in found:
-        family, where = line.split(" ", 1)
-        members[family].add(where)
-    return members
+        arguments = _python_arguments(function, case.tensors) if function is not None else None
+        return None if arguments is None else lambda: function(*arguments)
+    return _members_by_trial(families, python_functions(), lambda where: where, call)
 
 
 def find() -> dict:
