@@ -178,3 +178,14 @@ def test_a_call_that_resolves_to_the_library_is_forbidden_before_the_run(answer,
 def test_a_use_the_reading_cannot_settle_costs_nothing_before_the_run(answer, tmp_path):
     found = _preflight_of(answer, tmp_path)
     assert found.item_status == {} and found.unsure["softmax_stable"].name == "softmax"
+
+
+def test_an_answer_nested_deeper_than_a_walk_can_follow_is_left_to_the_run(tmp_path):
+    """An expression thousands of levels deep parses, but walking its scopes would pass Python's
+    recursion limit: the reading says nothing of it (before, the grader faulted), and the run decides."""
+    from transformer_lm.source_scan import parse_cell
+
+    answer = f"def softmax_stable(x):\n    y = {'+'.join(['x'] * 2_000)}\n    return torch.softmax(x, -1)\n"
+    assert parse_cell(answer) is not None
+    found = _preflight_of(answer, tmp_path)
+    assert found.item_status == {} and found.unsure == {}

@@ -74,16 +74,15 @@ DECODER: tuple[Mistake, ...] = (
     Mistake(
         "cache_window_first_queries", "sliding window counted from the first queries when there is a cache",
         "With a cache, the T new queries are the last T of the T_k keys, so their window is the last T rows of the "
-        "square window mask of the T_k tokens: sliding_window_mask(T, T_k, window), each query seeing its own key "
-        "and the window - 1 keys before it. Counted from the first rows, the new tokens see the oldest keys of the "
+        "square window mask of the T_k tokens, each query seeing its own key and the window - 1 keys before it. Counted from the first rows, the new tokens see the oldest keys of the "
         "cache instead.",
         DecoderFlaws(window_from_first_query=True), frozenset({"cached_window"}),
     ),
     Mistake(
         "generation_reruns_sequence", "generation runs the whole sequence again instead of using its KV cache",
-        "After the prompt, each step runs only the new tokens: model(next_tokens, positions, attn_mask, caches) "
-        "with next_tokens (B, 1), each sequence's new position, the mask (B, 1, 1, T_k) and the caches the last "
-        "call returned, which hold the keys and values of every earlier token. Running the whole padded batch "
+        "After the prompt, each step gives the model only the new tokens, one per sequence (B, 1), with each "
+        "sequence's new position, a mask over all T_k keys (B, 1, 1, T_k) and the caches the last call returned, "
+        "which hold the keys and values of every earlier token. Running the whole padded batch "
         "again repeats the work of every earlier step; the check's model accepts the whole prompts once, then one "
         "new token per call with its caches, and refuses any other call.",
         DecoderFlaws(reruns_sequence=True), frozenset({"generation"}),

@@ -60,6 +60,13 @@ def families() -> dict[str, dict[str, list[str]]]:
     return json.loads(FAMILY_FILE.read_text())["families"]
 
 
+def family_modules() -> list[str]:
+    """The modules of torch that hold the families' Python functions: the grading server imports
+    them before it indexes torch, so that no run has to import one (``flex_attention``) and read
+    every module again before it can take out what its item forbids."""
+    return sorted({member.split(":")[0] for family in families().values() for member in family["python"]})
+
+
 def members(forbids: tuple[str, ...]) -> dict[str, str]:
     """Every operator and Python function that computes a forbidden call, each with the forbidden name
     it is told under: the one its own name holds (``aten::_scaled_dot_product_flash_attention_for_cpu``

@@ -267,10 +267,12 @@ def notebook_bindings(sources: list[str]) -> Outer:
     bound: dict[str, list] = {}
     for source in sources:
         tree = parse_cell(source)
-        if tree is not None:
-            scopes = Scopes(tree)
-            for name, values in scopes.bound[tree].items():
-                bound.setdefault(name, []).extend(values)
+        try:
+            cell = Scopes(tree).bound[tree] if tree is not None else {}
+        except RecursionError:  # nested deeper than a walk of Python's can follow: its bindings are unread
+            cell = {}
+        for name, values in cell.items():
+            bound.setdefault(name, []).extend(values)
     return lambda name: bound.get(name, [])
 
 
@@ -281,10 +283,16 @@ def namespace_bindings(namespace: dict) -> Outer:
 
 def forbidden_uses(source: str, forbidden: Forbidden, outer: Outer) -> list[Use]:
     """The uses of forbidden objects in a cell's code, certain or unsure (see the module's
-    docstring), in the order of the code; a cell that does not parse has none."""
+    docstring), in the order of the code. A cell that does not parse, or is nested deeper than a
+    walk of Python's can follow, has none: the run's absence of the forbidden operators decides."""
     tree = parse_cell(source)
-    if tree is None:
+    try:
+        return [] if tree is None else _uses(tree, forbidden, outer)
+    except RecursionError:
         return []
+
+
+def _uses(tree: ast.Module, forbidden: Forbidden, outer: Outer) -> list[Use]:
     scopes = Scopes(tree)
     uses: dict[tuple[int, str], bool] = {}
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}

@@ -72,7 +72,7 @@ check_with_grader = "transformer_lm.grader_check:CheckExporter"
 packages = ["transformer_lm", "transformer_lm.sandboxed"]
 
 [tool.setuptools.package-data]
-transformer_lm = ["data/*.safetensors", "sandboxed/data/*.safetensors"]
+transformer_lm = ["data/*.safetensors", "data/*.json", "sandboxed/data/*.safetensors"]
 
 [tool.setuptools.data-files]
 "etc/jupyter/jupyter_server_config.d" = ["jupyter-config/transformer_lm.json"]

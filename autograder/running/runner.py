@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 import transformer_lm
+from transformer_lm import forbidding
 from autograder.running import journal, kept_blocks, sandbox
 from autograder.reading.preflight import Preflight
 from autograder.running.run_plan import plan_of
@@ -172,7 +173,8 @@ class Worker:
         preload = [] if self.allocator is None else ["env", f"LD_PRELOAD={paths['in']}/{kept_blocks.NAME}"]
         argv = [*preload, "python", "-m", "harness.serve", f"{paths['in']}/plan.json", f"{paths['in']}/inputs.safetensors",
                 paths["out"], "--wipe", paths["out"], "--memory", str(settings.memory_bytes),
-                "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes)]
+                "--scratch-bytes", str(limits.scratch_bytes), "--scratch-inodes", str(limits.scratch_inodes),
+                *(f"--module={module}" for module in forbidding.family_modules())]
         if self.sandboxed:
             argv += ["--isolated", "--scratch", paths["scratch"], "--scratch", "/tmp", "--scratch", "/dev/shm"]
         return sandbox.Session(

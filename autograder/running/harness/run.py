@@ -23,6 +23,7 @@ on a wrong earlier answer is judged by such a run, so that one mistake costs poi
 """
 
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -239,8 +240,9 @@ class _Tiny(torch.nn.Module):
         return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ x  # (B, T, 4)
 
 
-def warm_up() -> None:
-    """Imports what the course's notebooks use and probes a small module once, traced, so that
+def warm_up(modules: list[str]) -> None:
+    """Imports what the course's notebooks use, and ``modules`` (those of torch that an item may take
+    out, :func:`transformer_lm.forbidding.family_modules`), and probes a small module once, traced, so that
     every forked run starts with torch's lazy set-up done (a probe's first call alone imports
     sympy, and the first traced call sets up Python dispatch). Then it makes what every run starts
     from and would otherwise make again: the guards of the trace's switches, the IPython shell,
@@ -250,6 +252,8 @@ def warm_up() -> None:
     import matplotlib.pyplot  # noqa: F401
     import numpy  # noqa: F401
 
+    for module in modules:
+        importlib.import_module(module)
     from transformer_lm.sandboxed import test_values, viz  # noqa: F401
 
     with call_trace.trace_calls({"softmax", "aten::_softmax"}, lambda frame: None):  # its first use costs 0.4 s

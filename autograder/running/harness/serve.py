@@ -250,7 +250,7 @@ def _pass_on(fd: int, passed: list[int]) -> bool:
 
 
 def serve(paths: tuple[str, str, str], isolated: bool, wiped: list[str], scratch: isolate.Scratch,
-          memory_bytes: int) -> None:
+          memory_bytes: int, modules: list[str]) -> None:
     """Answers each ``run`` request with a run's wait status and whether it serves another;
     see the module docstring."""
     reply_fd = int(os.environ.pop("SANDBOX_REPLY_FD"))
@@ -258,7 +258,7 @@ def serve(paths: tuple[str, str, str], isolated: bool, wiped: list[str], scratch
     libc = isolate.Libc()
     isolated = isolated and isolate.KEYCTL is not None
     environment = dict(os.environ)
-    run.warm_up()
+    run.warm_up(modules)
     os.environ.clear()  # what warming up set (torch's first traced call sets TORCHINDUCTOR_CACHE_DIR) is not the runs'
     os.environ.update(environment)
     libc.prctl(PR_SET_DUMPABLE, 0)
@@ -293,9 +293,11 @@ def main() -> None:
     parser.add_argument("--scratch-bytes", type=int, required=True, help="the size of each run's tmpfs")
     parser.add_argument("--scratch-inodes", type=int, required=True, help="the files and folders each run's tmpfs holds")
     parser.add_argument("--memory", type=int, default=4 * 2**30, help="bytes a run's processes may hold together")
+    parser.add_argument("--module", action="append", default=[],
+                        help="a module of torch to import before the server indexes torch (one an item may take out)")
     args = parser.parse_args()
     scratch = isolate.Scratch(tuple(args.scratch), args.scratch_bytes, args.scratch_inodes)
-    serve((args.plan, args.inputs, args.out), args.isolated, args.wipe, scratch, args.memory)
+    serve((args.plan, args.inputs, args.out), args.isolated, args.wipe, scratch, args.memory, args.module)
 
 
 if __name__ == "__main__":
