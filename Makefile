@@ -108,11 +108,11 @@ release: $(STAMP)
 	  PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/nbgrader generate_assignment $$assignment --force || exit 1; \
 	done
 
-# What students receive (release and lecture notebooks, the student package as a wheel), built new
-# into KIT; `make student-kit KIT=path` to choose where.
+# What students receive (release and lecture notebooks, the student package as a wheel), built
+# into KIT, a new or empty folder; `make student-kit KIT=path` to choose where. The command refuses
+# a folder that holds anything, and nothing here deletes one: to build again, delete the old kit first.
 KIT ?= student-kit
 student-kit: $(STAMP)
-	rm -rf $(KIT)
 	$(BIN)/autograder student-kit $(KIT)
 
 clean:

@@ -72,18 +72,18 @@ def test_autograder_report_writes_the_tas_grading_guide(looped):
 
 def test_the_exports_hold_the_written_points_and_mark_those_waiting(looped):
     root, reports, _ = looped
-    rows = {row["student"]: row for row in csv.DictReader((root / "reports" / A / "lms.csv").open(newline=""))}
+    rows = {row["student"]: row for row in csv.DictReader((root / "reports" / A / "scores.csv").open(newline=""))}
     ada, bo = rows["ada"], rows["bo"]
     assert (ada["q1"], ada["q2"], ada["waiting"]) == ("1", "waiting", "4")
     assert float(ada["total"]) == reports["ada"]["total"] + 1
     assert float(ada["max_total"]) == reports["ada"]["max_total"] + 5
-    assert (bo["q1"], bo["waiting"]) == ("waiting", "5")
+    assert (bo["q1"], bo["waiting"]) == ("0", "0")   # written answers left blank: 0 at once, as in nbgrader
     scope = json.loads((root / "reports" / A / "gradescope" / "ada" / "results.json").read_text())
     q1 = next(test for test in scope["tests"] if test["name"] == "q1")
     assert (q1["score"], q1["max_score"]) == (1.0, 1.0) and scope["score"] == reports["ada"]["total"] + 1
     page = (root / "reports" / A / "report.html").read_text()
     assert "Written answers, graded by hand" in page
-    assert '<tr><td>q1</td><td class="n">1</td><td class="n">1</td>' in page
+    assert '<tr><td>q1</td><td class="n">1</td><td class="n">2</td>' in page   # ada's by a TA, bo's blank one
 
 
 def test_the_report_says_when_feedback_predates_hand_grades_and_autograder_feedback_catches_up(looped, capsys):
@@ -101,3 +101,29 @@ def test_the_report_says_when_feedback_predates_hand_grades_and_autograder_feedb
     capsys.readouterr()
     assert main(["report", A, "--course", str(root)]) == 0
     assert "predate" not in capsys.readouterr().out
+
+
+def test_a_deduction_a_ta_takes_on_an_item_reaches_the_page_and_every_export(looped):
+    """Run after the others: a TA takes the point the notebook promises for missing shape comments off
+    an item the grader passed, in formgrader's score box of its test cell (the grading guide lists it)."""
+    root, reports, _ = looped
+    item = next(i for i in reports["ada"]["items"] if i["grade_id"] == "self_attention_forward")
+    assert item["score"] == item["max_score"] > 1
+    with record.gradebook(Course(root)) as gb:
+        gb.find_grade("self_attention_forward_test", NB, A, "ada").manual_score = item["max_score"] - 1
+        total = gb.find_submission(A, "ada").score
+        gb.db.commit()
+    assert main(["feedback", A, "--course", str(root)]) == 0
+    assert main(["report", A, "--course", str(root)]) == 0
+    page = (root / "feedback" / "ada" / A / f"{NB}.html").read_text()
+    assert (f"<td>self_attention_forward</td><td>{item['max_score'] - 1:g} / {item['max_score']:g}, set by your TA "
+            f"(the grader gave {item['max_score']:g})</td>") in page
+    assert f"<b>{reports['ada']['total'] - 1:g} / {reports['ada']['max_total']:g}</b> automatically graded" in page
+    rows = {row["student"]: row for row in csv.DictReader((root / "reports" / A / "scores.csv").open(newline=""))}
+    assert float(rows["ada"]["total"]) == total == reports["ada"]["total"] + 1.5 - 1   # q1, q2 by hand, less 1
+    canvas = list(csv.reader((root / "reports" / A / "canvas.csv").open(newline="")))
+    ada = next(row for row in canvas if "ada" in row)
+    assert float(ada[-1]) == total
+    scope = json.loads((root / "reports" / A / "gradescope" / "ada" / "results.json").read_text())
+    forward = next(test for test in scope["tests"] if test["name"] == "self_attention_forward")
+    assert (forward["score"], scope["score"]) == (item["max_score"] - 1, total)

@@ -280,7 +280,7 @@ def similarity_written(course: Course, student: str) -> None:
 def report_written(course: Course, student: str) -> None:
     folder = course.reports(A)
     assert (folder / "report.html").stat().st_size > 0 and (folder / "similarity.html").exists()
-    assert len(rows(folder / "lms.csv")) == 3
+    assert len(rows(folder / "scores.csv")) == 3
     for each in (HONEST, student):
         json.loads((folder / "gradescope" / each / "results.json").read_text())
 
@@ -388,7 +388,7 @@ def test_a_fault_while_comparing_costs_that_notebook_alone(template, tmp_path, c
         table = {row[0]: row for row in rows(course.reports(A) / "similarity.csv")}
         assert table[HONEST][2:] != [""] * len(table[HONEST][2:]) and table["bo"][2:] == [""] * len(table["bo"][2:])
         run(course, "report", capsys)
-        assert len(rows(course.reports(A) / "lms.csv")) == 3
+        assert len(rows(course.reports(A) / "scores.csv")) == 3
         assert "causal_attention" in (course.reports(A) / "report.html").read_text()
 
 
@@ -402,7 +402,7 @@ def test_a_fault_of_the_similarity_report_costs_its_section_not_the_report(templ
         assert "The grader itself failed while comparing the class&#39;s answers (RuntimeError); the report was " \
                "written without them." in page
         fault_logged(course, A, "comparing the class's answers")
-        assert len(rows(course.reports(A) / "lms.csv")) == 3
+        assert len(rows(course.reports(A) / "scores.csv")) == 3
 
 
 def test_a_fault_while_writing_feedback_costs_that_students_pages_alone(template, tmp_path, capsys, monkeypatch):

@@ -118,14 +118,15 @@ def test_page_is_inert_and_shows_hostile_strings_as_text(reported):
     assert "<script" not in html.lower() and "<img src=x" not in html
 
 
-def test_lms_csv_is_a_row_per_student_and_a_column_per_item(reported):
+def test_scores_csv_is_a_row_per_student_and_a_column_per_item(reported):
     root, reports = reported
-    rows = list(csv.DictReader((root / "reports" / A / "lms.csv").open(newline="")))
+    rows = list(csv.DictReader((root / "reports" / A / "scores.csv").open(newline="")))
     order = [i["grade_id"] for i in reports["ada_solution"]["items"]]
-    assert list(rows[0]) == ["student", "total", "max_total", "waiting", *order]   # 01 has no written answers
+    assert list(rows[0]) == ["student", "total", "max_total", "late_penalty", "waiting", *order]   # no written answers
     assert [row["student"] for row in rows] == [("'" if s == HOSTILE else "") + s for s in reports]  # not a formula
     for row, r in zip(rows, reports.values()):
-        assert float(row["total"]) == r["total"] and float(row["max_total"]) == r["max_total"] and row["waiting"] == "0"
+        assert float(row["total"]) == r["total"] and float(row["max_total"]) == r["max_total"]
+        assert row["late_penalty"] == row["waiting"] == "0"   # the gradebook holds no submission of these reports
         assert {g: float(row[g]) for g in order} == {i["grade_id"]: i["score"] for i in r["items"]}
 
 

@@ -7,8 +7,10 @@ inputs, what the reference gave and what each catalogued mistake gives on them
 student's kernel, each check calls the student's object through its probe and judges the result
 with the same judge the grader uses on hidden inputs (:mod:`transformer_lm.judging`), against the
 stored values alone: no reference is needed, and none is shipped. Only here, a failure shows
-expected values and the likely mistake. A check raises :class:`CheckFailed` with a message written
-for the student, or prints what passed.
+expected values; it names the likely mistake as the grader does, from what each catalogued
+mistake gives on the same stored inputs. A group raises :class:`CheckFailed` with a message
+written for the student that says how many of its cases pass, or prints what passed once every
+case has; every line it shows fits :data:`~transformer_lm.verdict_texts.WIDTH`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from transformer_lm.prepared import Prepared
 from transformer_lm.random_weights import randomize  # noqa: F401 - for the test cells
 from transformer_lm.sandboxed.student_objects import ProbeError
 from transformer_lm.style import check_style  # noqa: F401 - for the test cells
-from transformer_lm.verdict_texts import render
+from transformer_lm.verdict_texts import fit, render
 
 TEXTS = {
     "fingerprint_passed": "Gradient fingerprint {expected:numbers}: correct.",
@@ -81,14 +83,6 @@ def call_student(name: str, function, *args, **kwargs):
         raise CheckFailed(f"{name} raised {type(error).__name__}: {error}") from error
 
 
-def _report(name: str, verdict: Verdict, context: str = "") -> Verdict:
-    if context and not verdict.passed:
-        verdict.message = f"{context}:\n{verdict.message}"
-    verdict.raise_if_failed()
-    print(f"{name}: {verdict.message}")
-    return verdict
-
-
 def call_prepared(name: str, prepared: Prepared, objects: dict):
     """The prepared probe's result on ``objects``: called in this kernel, or for a check with a
     ``memory_cap`` in a process of its own under that cap, as the grader calls it
@@ -108,32 +102,75 @@ def call_prepared(name: str, prepared: Prepared, objects: dict):
 
 def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verdict | None:
     """Calls the prepared probe on ``objects`` (name -> the student's object) and judges it,
-    showing values; ``context`` says, before a failure, what was called. None for a capped check
-    on a machine that cannot cap a call, which says so."""
+    showing values: the verdict of a pass, which it leaves to :func:`check` to print, or a
+    :class:`CheckFailed` whose message starts with ``context`` (what was called). None for a
+    capped check on a machine that cannot cap a call, which says so."""
     try:
         result = call_prepared(name, prepared, objects)
     except capped_call.CapUnavailable as unavailable:
-        print(f"{name}: not checked under the memory cap here, since {unavailable}; the grader checks it.")
+        print(fit(f"{name}: not checked under the memory cap here, since {unavailable}; the grader checks it."))
         return None
     except CheckFailed as failed:   # an error of the answer: said with what was called, as a wrong value is
         if not context or str(failed).startswith("TODO:"):
             raise
         raise CheckFailed(f"{context}:\n{failed}") from failed.__cause__
-    return _report(name, prepared.judge_result(result, values=True), context)
+    verdict = prepared.judge_result(result, values=True)
+    if context and not verdict.passed:
+        verdict.message = f"{context}:\n{verdict.message}"
+    verdict.raise_if_failed()
+    return verdict
 
 
-def check(group: str, *answers, **named) -> Verdict:
-    """Runs every stored check of ``group`` on the student's ``answers`` (functions and classes,
-    known by their names, or given by name in ``named``), in order, stopping at the first that
-    fails."""
+def check(group: str, *answers, **named) -> Verdict | None:
+    """Runs every stored check of ``group`` (its cases) on the student's ``answers`` (functions
+    and classes, known by their names, or given by name in ``named``), in order. A TODO stops it
+    at once; otherwise every case runs, so that a failure can say how many cases pass, and the
+    cases' own words of a pass ("Correct: ...") are printed only once all of them passed.
+    Returns the last case's verdict."""
     groups = stored_checks()["groups"]
     if group not in groups:
         raise CheckFailed(f"There is no visible check called {group!r}; the course has: {', '.join(groups)}.")
     objects = {**{answer.__name__: answer for answer in answers}, **named}
-    verdict = None
-    for entry in groups[group]:
-        verdict = run(entry["name"], entry["check"], objects, entry["context"]) or verdict
-    return verdict
+    entries = groups[group]
+    passed, failures = [], []
+    for number, entry in enumerate(entries, 1):
+        try:
+            verdict = run(entry["name"], entry["check"], objects, entry["context"])
+        except CheckFailed as failure:
+            if str(failure).startswith("TODO:"):
+                raise
+            failures.append((number, failure))
+            continue
+        if verdict is not None:
+            passed.append((entry["name"], verdict))
+    name, total = entries[0]["name"], len(entries)
+    if failures:
+        number, shown = next(((n, f) for n, f in failures if f.mistake), failures[0])   # a named mistake first
+        if total == 1:
+            raise shown
+        raise CheckFailed(f"{name}: {len(passed)} of {total} cases pass; {_failing(failures, number)}\n{shown}",
+                          shown.mistake) from shown.__cause__
+    _say_passed(name, total, passed)
+    return passed[-1][1] if passed else None
+
+
+def _failing(failures: list[tuple[int, CheckFailed]], shown: int) -> str:
+    """Which cases fail, and the one whose message follows (``shown``)."""
+    numbers = [str(number) for number, _ in failures]
+    if len(numbers) == 1:
+        return f"case {shown} fails:"
+    return f"cases {', '.join(numbers[:-1])} and {numbers[-1]} fail; case {shown}:"
+
+
+def _say_passed(name: str, total: int, passed: list[tuple[str, Verdict]]) -> None:
+    """Prints what a group's cases said of a pass, each different line once, after their count;
+    where a capped case could not run here (it said so), only the count."""
+    if len(passed) < total:
+        print(fit(f"{name}: {len(passed)} of {total} cases pass here; the grader checks the others."))
+        return
+    counted = [f"{name}: {total} of {total} cases pass."] if total > 1 else []
+    said = dict.fromkeys(f"{case}: {verdict.message}" for case, verdict in passed)
+    print(fit("\n".join(counted + list(said))))
 
 
 # --------------------------------------------------------------------------------------
@@ -212,6 +249,6 @@ def check_rope(fn) -> Verdict:
     if max(scores) - min(scores) > 1e-2 * float(q.norm() * k.norm()):
         raise CheckFailed(f"{fn.__name__}: a query at m and a key at n score {scores} at {list(pairs)}: the score "
                           "must depend on m - n only.")
-    print(f"{fn.__name__}: a query at m and a key at n = m - 3 score {scores[0]:+.5f} at m = 3, 53 and 303: "
-          "the score depends on m - n only.")
+    print(fit(f"{fn.__name__}: a query at m and a key at n = m - 3 score {scores[0]:+.5f} at m = 3, 53 and 303: "
+              "the score depends on m - n only."))
     return verdict

@@ -27,6 +27,7 @@ from transformer_lm.judging import CheckFailed
 from transformer_lm.sandboxed import call_trace
 from transformer_lm.library_calls import Forbidden, forbidden_uses, namespace_bindings
 from transformer_lm.source_scan import answer_text, functions_of
+from transformer_lm.verdict_texts import fit
 
 SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax")
 """PyTorch's softmax, by every name it has: what ``softmax_stable`` must compute itself."""
@@ -170,8 +171,8 @@ def forbidding(obj, forbids: tuple[str, ...], reuses: tuple = ()):
         raise CheckFailed(f"{name} uses {', '.join(named)}: this exercise asks you to write it yourself, and the "
                           f"grader gives no points for an answer that calls it.")
     for use in uses:
-        print(f"{name}: line {use.line} of its cell may reach {use.name} through a name the check cannot resolve "
-              f"before it runs; what runs decides, and nothing is taken for it if it does not run.")
+        print(fit(f"{name}: line {use.line} of its cell may reach {use.name} through a name the check cannot "
+                  f"resolve before it runs; what runs decides, and nothing is taken for it if it does not run."))
     own = _code_of(obj)
     theirs = set().union(*(_code_of(other) for other in reuses)) if reuses else set()
     notebook = {id(f.__globals__) for f in functions_of(obj)}  # the namespace the answer was defined in

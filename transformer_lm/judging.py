@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from transformer_lm import catalog
-from transformer_lm.verdict_texts import numbers, render
+from transformer_lm.verdict_texts import fit, numbers, render
 
 RTOL = 1e-4
 
@@ -73,20 +73,27 @@ TEXTS = {
 
 
 class CheckFailed(AssertionError):
-    """A visible check failed; the message is written for the student.
+    """A visible check failed; the message is written for the student, and ``mistake`` is the
+    catalogued mistake it names, if any (a group of checks shows the failure that names one).
 
     In Jupyter it shows as that message alone (IPython asks an exception for
-    ``_render_traceback_`` before it formats one), not the course package's own frames; when the
-    student's code raised the error behind it, the lines of the student's code follow."""
+    ``_render_traceback_`` before it formats one), not the course package's own frames, its lines
+    fitted to :data:`~transformer_lm.verdict_texts.WIDTH`; when the student's code raised the error
+    behind it, the lines of the student's code follow."""
+
+    def __init__(self, message: str = "", mistake: catalog.Mistake | None = None):
+        super().__init__(message)
+        self.mistake = mistake
 
     def _render_traceback_(self) -> list[str]:
-        lines = [f"\x1b[0;31mCheckFailed\x1b[0m: {self}"]
+        lines = fit(f"CheckFailed: {self}").split("\n")
+        lines[0] = "\x1b[0;31mCheckFailed\x1b[0m" + lines[0][len("CheckFailed"):]
         cause = self.__cause__
         frames = [f for f in traceback.extract_tb(cause.__traceback__) if _written_by_student(f.filename)] \
             if cause is not None else []
         if frames:
             lines += ["", "Where your code raised it:", *"".join(traceback.format_list(frames)).rstrip().split("\n"),
-                      f"{type(cause).__name__}: {cause}"]
+                      *fit(f"{type(cause).__name__}: {cause}").split("\n")]
         return lines
 
 
@@ -208,7 +215,7 @@ class Verdict:
     def raise_if_failed(self) -> None:
         if not self.passed:
             hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
-            raise CheckFailed(self.message + hint)
+            raise CheckFailed(self.message + hint, self.mistake)
 
 
 def _changes_between_calls(got: dict[str, torch.Tensor], rtol: float, atol: float) -> bool:

@@ -6,7 +6,7 @@
     autograder merge ASSIGNMENT                                     record the graded slices in the gradebook
     autograder validate NOTEBOOK                                    a student's check before submitting
     autograder feedback ASSIGNMENT                                  feedback pages from the last grading
-    autograder report ASSIGNMENT                                    class report (HTML) and LMS exports
+    autograder report ASSIGNMENT [--canvas-column 'Title (id)']     class report (HTML) and LMS exports
     autograder similarity ASSIGNMENT [--threshold X]                similar answers: classmates, reference, public code
     autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import os
 import sys
@@ -64,12 +65,32 @@ def progress_bar(assignment: str):
         yield {"progress": lambda student: bar.update(), "announce": announce}
 
 
+def require_submissions(course, assignment: str, students: list[str] | None) -> None:
+    """Refuses, before anything is written, a ``--student`` who has no submission (a typo, most
+    often): grading one would put a student with no points in the gradebook and every export."""
+    from autograder.reading.errors import GradingError
+
+    missing = [student for student in students or [] if not course.submission_folder(assignment, student).is_dir()]
+    if not missing:
+        return
+    known = course.students(assignment)
+    looked = []
+    for student in missing:
+        close = difflib.get_close_matches(student, known, n=3, cutoff=0.6)
+        looked.append(f"{student} (nothing in {course.submission_folder(assignment, student)}"
+                      + (f"; did you mean {' or '.join(close)}?)" if close else ")"))
+    raise GradingError(f"no submission of {assignment} for {', '.join(looked)}. The grader reads a submission only "
+                       f"from submitted/<student>/{assignment}/ (where nbgrader collect and zip_collect put it). "
+                       "Nothing was graded or written.")
+
+
 def grade(args) -> int:
     from autograder.recording import pipeline
 
     if args.regrade:
         return regrade_command(args)
     course = course_of(args)
+    require_submissions(course, args.assignment, args.student)
     with progress_bar(args.assignment) as hooks:
         grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard, **hooks)
     if not grades.results:
@@ -88,6 +109,7 @@ def regrade_command(args) -> int:
     from autograder.recording import pipeline, regrade
 
     course = course_of(args)
+    require_submissions(course, args.assignment, args.student)
     with progress_bar(args.assignment) as hooks:
         grades, outcome = pipeline.regrade(course, args.assignment, args.student, **hooks)
     if grades.results:
@@ -101,6 +123,8 @@ def show(course, grades) -> None:
     from autograder.recording import table
 
     print(table.render(grades.results))
+    for note in grades.notes:
+        print(f"Note: {note}")
     print(f"\nReports and grades.csv: {course.reports(grades.assignment)}\nFeedback pages: {course.root / 'feedback'}\n"
           "Scores: in the gradebook; grade written answers by hand in nbgrader formgrader.")
 
@@ -128,13 +152,20 @@ def report_command(args) -> int:
     from autograder.recording import report
 
     course = course_of(args)
-    written = report.write_reports(course, args.assignment)
+    written = report.write_reports(course, args.assignment, args.canvas_column)
     if written is None:
         print(f"No reports for {args.assignment} in {course.reports(args.assignment)}: "
               f"run `autograder grade {args.assignment}` first.")
         return 1
-    print(f"Class report: {written['report']}\nLMS scores (a row per student, a column per item): {written['lms']}\n"
-          f"Gradescope results: {written['gradescope'] / '<student>' / 'results.json'}")
+    print(f"Class report: {written['report']}\n"
+          f"Scores (a row per student, a column per item, the late penalty): {written['scores']}\n"
+          + (f"Canvas gradebook import: {written['canvas']}\n" if written["canvas"] else
+             f"No Canvas import: the gradebook holds no submission of {args.assignment}.\n")
+          + f"Gradescope autograder archive: {written['gradescope_archive']} "
+          f"(each student's results.json: {written['gradescope'] / '<student>' / 'results.json'})")
+    if written["no_email"]:
+        print(f"Left out of the Gradescope archive, for want of an email in the gradebook: "
+              f"{', '.join(written['no_email'])} (nbgrader db student add ID --email=...)")
     if written["guide"]:
         print(f"Grading guide of the written answers, for TAs: {written['guide']}")
     stale = written["stale"]
@@ -308,7 +339,9 @@ def add_course_commands(sub) -> None:
     p.set_defaults(run=validate_command)
 
     assignment_parser(sub, "feedback", feedback_command, "write feedback pages from the last grading")
-    assignment_parser(sub, "report", report_command, "class report and LMS exports from the last grading")
+    p = assignment_parser(sub, "report", report_command, "class report and LMS exports from the last grading")
+    p.add_argument("--canvas-column", default="", help="canvas.csv's assignment column, as Canvas names the "
+                                                       "assignment: 'Title (id)' (default: the assignment's name)")
     p = assignment_parser(sub, "similarity", similarity_command,
                           "compare each answer with classmates', the course's reference and public code")
     p.add_argument("--threshold", type=float, help="the similarity (0 to 1) from which pairs are listed (default: "

@@ -142,12 +142,16 @@ def repository_root() -> Path:
 
 
 def build(out: Path, root: Path | None = None) -> Path:
-    """Builds the kit into ``out`` (which must not exist or be empty) and returns the wheel's path."""
+    """Builds the kit into ``out`` (which must not exist or be empty) and returns the wheel's path.
+    A folder that holds anything is refused rather than emptied: it may hold work of the
+    instructor's, and nothing old may stay in a kit."""
     root = root or repository_root()
     out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise GradingError(f"{out} is not empty; give a new folder (the kit is built from scratch, so that nothing "
-                           "old stays in it)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise GradingError(f"{out} is not empty: the kit goes only into a new or empty folder, so that nothing "
+                           "old stays in it and nothing of yours is lost. Give another folder, or delete this one "
+                           "yourself.")
+    made = not out.exists()
     for name in STORED_VALUES:
         if not (root / PACKAGE / name).is_file():
             raise GradingError(f"{PACKAGE}/{name} is missing; an instructor makes the stored values with: "
@@ -163,10 +167,22 @@ def build(out: Path, root: Path | None = None) -> Path:
     (out / "README.md").write_text(README)
     found = leaks(out, root)
     if found:
-        shutil.rmtree(out)
+        _remove_kit(out, made)
         raise GradingError("the kit would hold what students must never receive, so it was removed:\n  "
                            + "\n  ".join(found))
     return wheel
+
+
+def _remove_kit(out: Path, made: bool) -> None:
+    """Removes what the build wrote into ``out``, and ``out`` itself only where the build made it:
+    an empty folder the instructor gave stays theirs."""
+    for path in out.iterdir():
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if made:
+        out.rmdir()
 
 
 def _copy(source: Path, target: Path) -> None:

@@ -13,6 +13,7 @@ from autograder.reading.messages import ERRORS, ON_COURSE_CODE, OUTCOME, render
 from autograder.reading.preflight import Preflight
 from autograder.reading.results import ItemResult
 from autograder.reading.spec import Explains, Item
+from autograder.reading.syntax import syntax_text
 from transformer_lm.forbidding import forbidden_name
 from transformer_lm.sandboxed.call_trace import COURSE_CODE_CELL
 from transformer_lm.style import style_problems
@@ -127,7 +128,7 @@ def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignmen
         if prepared.on_error and outcome.status in ("error", "killed"):
             return replace(failed, message=f"{prepared.on_error} ({outcome.status}: {message})")
         if problem and outcome.status == "error" and "Your answer cell" not in message:
-            message = ERRORS["cell_failed"] + problem
+            message = ERRORS["cell_failed"] + (syntax_text(problem, answer.source) or problem)
         return replace(failed, status=outcome.status, message=message)
     try:
         verdict = prepared.judge(outcome.record or {}, outcome.value, False)

@@ -134,6 +134,7 @@ ERRORS = {
     "cell_failed": "Your answer cell failed: ",
     "uncompared": "The result could not be compared with the reference's: it is not what the check reads.",
     "cell_error": "{exception:exception}",
+    "syntax_error": "{exception:exception}: {message:parser}",
     "other_error": "an exception",
     "error_line": " (line {line:number} of its cell: {code:own})",
     "no_record": "the probe said it saved a record, but there is none",
@@ -141,7 +142,9 @@ ERRORS = {
     "unreadable_record": "the record could not be read (not a safetensors file of tensors of numbers)",
 }
 """What the feedback pages say of an error (a cell's, a probe's or a check's): the name of one of
-Python's own exceptions, at most, and the line of the student's own cell it was raised on."""
+Python's own exceptions, at most, and the line of the student's own cell it was raised on; for an
+answer cell that does not compile, the compiler's own message too, from compiling the submitted
+cell on the trusted side (:mod:`autograder.reading.syntax`)."""
 
 ON_COURSE_CODE = "With the course's {stand_ins:names} in place of yours: "
 """Put before the text of an item judged on the course's code in place of the answers it builds on."""

@@ -48,6 +48,13 @@ def safe_markdown(source: str) -> str:
     return "<div>" + cleaned.translate({ord("\n"): "&#10;", ord("\r"): "&#13;"}) + "</div>"
 
 
+def markdown_html(source: str) -> str:
+    """Markdown as HTML for a page of the grader's own (the TAs' grading guide): rendered and
+    cleaned as :func:`safe_markdown` renders and cleans it, LaTeX left as text for MathJax."""
+    html = MarkdownWithMath(renderer=_Renderer(escape=False)).render(source)
+    return nh3.clean(html, url_schemes=URL_SCHEMES, link_rel=None)
+
+
 def neutralize_student_markdown(cells: list[dict], release_cells: list[dict]) -> None:
     """Applies :func:`safe_markdown` to every markdown cell that is not a release cell as
     released (so the student wrote or changed it), and drops its attachments."""

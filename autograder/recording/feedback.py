@@ -28,18 +28,31 @@ PAGES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates"
 
 def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str]], marking=None) -> str:
     """The feedback page of one notebook of one submission; ``answers`` are the student's
-    ``(grade_id, source)`` answer cells, ``marking`` what TAs recorded by hand
-    (:class:`autograder.recording.record.Marking`): written answers' grades and comments."""
+    ``(grade_id, source)`` answer cells, ``marking`` what the gradebook holds besides the grader's
+    verdicts (:class:`autograder.recording.record.Marking`): written answers' grades, comments,
+    lateness, and an item's score set by a TA (a deduction), shown beside the grader's."""
     items = [i for i in result.items if i.notebook == notebook]
     marking = marking or Marking()
     here = Marking([hand for hand in marking.written if hand.notebook == notebook])  # this notebook's written answers
     comments = {name: text for (nb, name), text in marking.comments.items()
                 if nb == notebook and name not in {hand.grade_id for hand in here.written}}
+    by_ta = {i.grade_id: marking.item_score(i) for i in items if marking.item_score(i) != i.score}
     return PAGES.get_template("feedback.html.j2").render(
         result=result, notebook=notebook, items=items, answers=answers, written=here.written, comments=comments,
-        got=sum(i.score for i in items), total=sum(i.max_score for i in items),
-        hand_got=here.score, hand_total=here.max_score, waiting=len(here.waiting),
-        flags=[f for f in result.flags if f.startswith(notebook + ":")])
+        by_ta=by_ta, got=sum(by_ta.get(i.grade_id, i.score) for i in items), total=sum(i.max_score for i in items),
+        hand_got=here.score, hand_total=here.max_score, waiting=len(here.waiting), flags=flags_of(result, notebook),
+        late=marking.late_note(notebook))
+
+
+def flags_of(result: SubmissionResult, notebook: str) -> list[str]:
+    """The flags a notebook's page shows: those of the whole submission first (a renamed notebook,
+    an extra one beside it), which name no notebook of the assignment and so belong on each of its
+    pages, then the notebook's own (a cell restored, the notebook missing or unreadable). The
+    student then reads why an answer they wrote elsewhere is not graded, where the report tells the
+    instructor."""
+    prefixes = tuple(f"{name}:" for name in dict.fromkeys(item.notebook for item in result.items))
+    whole = [flag for flag in result.flags if not flag.startswith(prefixes)]
+    return whole + [flag for flag in result.flags if flag.startswith(f"{notebook}:")]
 
 
 def write_feedback(course: Course, result: SubmissionResult, answers: dict[str, list[tuple[str, str]]],

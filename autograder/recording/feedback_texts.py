@@ -5,9 +5,10 @@ a checks file's own ``TEXTS``) or from a slot of its kind.
 A feedback text may be several templates one after the other (a check's call, then what it
 found, then why), so it is read as a sequence of pieces: a template's text up to a slot that holds
 words (a ``call``, a ``label``, another ``text``, names of the course's, a line of the student's
-own cell), each such slot's words, the numbers, shapes and lists of numbers that slots hold, and
-the punctuation between them. The words a slot may hold are given (:func:`course_words`): what the
-course's checks call and compare, and the student's own lines.
+own cell, what Python's compiler says of it), each such slot's words, the numbers, shapes and lists
+of numbers that slots hold, and the punctuation between them. The words a slot may hold are given
+(:func:`course_words`): what the course's checks call and compare, and the student's own lines and
+what compiling them says (:mod:`autograder.reading.syntax`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from autograder.reading import messages
 from autograder.reading.results import STATUSES
+from autograder.reading.syntax import syntax_error
 from transformer_lm import checks, decoder_judges, gpt_judges, judging, tiled_judges
 
 NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?|inf|nan)"
@@ -28,7 +30,7 @@ SHAPE = r"\((?:-?\d+,|-?\d+(?:, -?\d+)+)?\)"
 PUNCTUATION = re.compile(r"[ .,;:()\n]")
 JOINERS = (" and ", " or ")
 """What joins the names of a ``names`` slot, besides punctuation."""
-WORDS = {"call", "label", "text", "own", "names", "item"}
+WORDS = {"call", "label", "text", "own", "parser", "names", "item"}
 """The kinds of slot whose words are the course's (or the student's), read as pieces of their own."""
 
 TEMPLATES = (
@@ -69,10 +71,13 @@ class Catalogue:
 
     def holds(self, text: str, own: Iterable[str] = ()) -> bool:
         """Whether ``text`` is, whole, a sequence of the pieces and punctuation; ``own`` are the
-        sources of the student's cells, whose lines an ``own`` slot quotes."""
+        sources of the student's cells, whose lines an ``own`` slot quotes, and of which a
+        ``parser`` slot holds what compiling them says."""
         lines: dict[str, set[str]] = {}
         for source in own:
-            for line in filter(None, map(messages.own_line, source.splitlines())):
+            error = syntax_error(source)
+            said = [error.msg] if error and error.msg else []
+            for line in filter(None, [*map(messages.own_line, source.splitlines()), *said]):
                 lines.setdefault(line[0], set()).add(line)
         reached = [False] * (len(text) + 1)
         reached[0] = True

@@ -10,10 +10,10 @@ shows what it returns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.recording import feedback, record
+from autograder.recording import feedback, lateness, record
 from autograder.running import sandbox
 from autograder.reading.assignment import Assignment
 from autograder.reading.cells import answer_cells
@@ -33,13 +33,15 @@ NO_PAGES = "the student's feedback pages were not written. Give them their resul
 
 @dataclass
 class ClassGrades:
-    """What a grading run did: the results in student order, the sandbox it used, and where
-    they were recorded (``grades_csv`` is None for a shard, which the merge records)."""
+    """What a grading run did: the results in student order, the sandbox it used, where they were
+    recorded (``grades_csv`` is None for a shard, which the merge records) and notes for the
+    instructor: late penalties, and students whose recording or pages fell short."""
 
     assignment: str
     results: list[SubmissionResult]
     isolation: str = ""
     grades_csv: Path | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def isolation_for(course: Course) -> sandbox.Isolation:
@@ -55,31 +57,49 @@ def isolation_for(course: Course) -> sandbox.Isolation:
 
 def grade(course: Course, assignment: Assignment, students: list[str], isolation: sandbox.Isolation,
           progress: Callable[[str], None] | None = None) -> list[tuple[SubmissionResult, dict[str, Preflight]]]:
-    """Grades ``students`` and writes what belongs to each of them alone: the JSON report,
-    the autograded notebooks and the feedback pages (so that shards never write the same file)."""
+    """Grades ``students`` and writes what belongs to each of them alone: the JSON report and the
+    autograded notebooks (so that shards never write the same file). Feedback pages wait for the
+    gradebook (:func:`record_class`), which holds what they show besides the verdicts."""
     graded = grade_class(course, assignment, students, isolation, progress)
-    marked = record.markings(course, assignment.name)
     for result, pres in graded:
         try:
             record.write_autograded(course, result, pres, assignment.release)
-            answers = {nb: answer_cells(pre.notebook["cells"]) if pre.notebook else [] for nb, pre in pres.items()}
-            feedback.write_feedback(course, result, answers, marked.get(result.student))
-        except Exception as error:  # noqa: BLE001 - the grader's own fault costs this student's pages, not the class
+        except Exception as error:  # noqa: BLE001 - the grader's own fault costs this student's notebook, not the class
             result.flags.append(log_fault(course.reports(assignment.name), result.student,
-                                          "writing the autograded notebook and feedback", error))
+                                          "writing the autograded notebook", error))
         write_report(course, result)
     return graded
 
 
-def record_class(course: Course, assignment: str, results: list[SubmissionResult]) -> Path:
-    """Writes the scores into nbgrader's gradebook, all in one commit (every result's report is
-    already written: :func:`merge` records them again), and ``grades.csv``; returns the CSV's path."""
+def record_class(course: Course, assignment: str, results: list[SubmissionResult]) -> tuple[Path, list[str]]:
+    """Records ``results`` (every report is already written: :func:`merge` records them again) as
+    ``nbgrader autograde`` records a submission: its time, the scores (0 for an answer left blank,
+    :func:`record.unchanged_answers`), then nbgrader's late penalties. Then writes ``grades.csv`` and
+    the students' feedback pages; returns the CSV's path and notes: each late submission's penalty,
+    and the students not recorded or whose pages fell short."""
     record.ensure_assignment_in_gradebook(course, assignment)
+    release = record.release_cells(course, assignment)
+    notes: list[str] = []
+    recorded = []
     with record.gradebook(course) as gb:
         for result in results:
-            record.record_in_gradebook(gb, result)
+            try:
+                timestamp = lateness.submitted_at(course, assignment, result.student)
+            except GradingError as error:  # nbgrader autograde fails such a student too
+                notes.append(f"{result.student}: not recorded in the gradebook: {error}")
+                continue
+            cells, _ = autograded_cells(course, result)  # a copy that cannot be read is noted with its pages
+            unchanged = {nb: record.unchanged_answers(cells[nb], release[nb]) for nb in cells if nb in release}
+            record.record_in_gradebook(gb, result, unchanged, timestamp)
+            recorded.append(result)
         gb.db.commit()
-    return record.write_grades_csv(course, assignment)
+    for result in recorded:
+        lateness.assign_penalties(course, result)
+    marked = record.markings(course, assignment)
+    notes += [f"{r.student}: {marked[r.student].late_note()}" for r in recorded if marked[r.student].seconds_late]
+    grades_csv = record.write_grades_csv(course, assignment, marked)
+    write_pages(course, assignment, results, notes, marked)
+    return grades_csv, notes
 
 
 def grade_and_record(course: Course, assignment: str, students: list[str] | None = None,
@@ -106,7 +126,7 @@ def grade_and_record(course: Course, assignment: str, students: list[str] | None
         results = [result for result, _ in grade(course, prepared, chosen, isolation, progress)]
         grades = ClassGrades(assignment, results, isolation.name)
         if results and not shard:
-            grades.grades_csv = record_class(course, assignment, results)
+            grades.grades_csv, grades.notes = record_class(course, assignment, results)
         return grades
 
 
@@ -134,7 +154,7 @@ def merge(course: Course, assignment: str) -> ClassGrades:
     if not results:
         raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
                            f"`autograder grade {assignment} --shard i/N` for each shard first.")
-    return ClassGrades(assignment, results, results[0].isolation, record_class(course, assignment, results))
+    return ClassGrades(assignment, results, results[0].isolation, *record_class(course, assignment, results))
 
 
 def write_class_feedback(course: Course, assignment: str) -> tuple[list[Path], list[str]]:
@@ -146,27 +166,43 @@ def write_class_feedback(course: Course, assignment: str) -> tuple[list[Path], l
     if not results:
         raise GradingError(f"No reports for {assignment} in {course.reports(assignment)}: run "
                            f"`autograder grade {assignment}` first.")
-    marked = record.markings(course, assignment)
-    pages: list[Path] = []
     notes: list[str] = []
+    return write_pages(course, assignment, results, notes), notes
+
+
+def write_pages(course: Course, assignment: str, results: list[SubmissionResult], notes: list[str],
+                marked: dict[str, record.Marking] | None = None) -> list[Path]:
+    """The feedback pages of ``results``, with what the gradebook holds (``marked``, or else read now
+    with :func:`record.markings`): hand grades, comments, late penalties. Notes on pages that fall
+    short go into ``notes``."""
+    marked = record.markings(course, assignment) if marked is None else marked
+    pages: list[Path] = []
     for result in results:
         with costs_one(course.reports(assignment), result.student, "writing the feedback pages", NO_PAGES, notes):
-            answers = graded_answers(course, result, notes)
-            pages += feedback.write_feedback(course, result, answers, marked.get(result.student))
-    return pages, notes
+            pages += feedback.write_feedback(course, result, graded_answers(course, result, notes),
+                                             marked.get(result.student))
+    return pages
 
 
 def graded_answers(course: Course, result: SubmissionResult, notes: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """The answer cells of each notebook of ``result``, from its autograded copy, read as untrusted data:
-    nbgrader's own autograde copies the submission there as it is. A copy that is missing gives no code,
-    and so does one that cannot be read, with a note."""
+    """The answer cells of each notebook of ``result``, from its autograded copy
+    (:func:`autograded_cells`); a copy that cannot be read gives none, with a note in ``notes``."""
+    cells, problems = autograded_cells(course, result)
+    notes += problems
+    return {notebook: answer_cells(found) for notebook, found in cells.items()}
+
+
+def autograded_cells(course: Course, result: SubmissionResult) -> tuple[dict[str, list[dict]], list[str]]:
+    """The cells of each notebook of ``result``, from its autograded copy, read as untrusted data:
+    nbgrader's own autograde copies the submission there as it is. A copy that is missing gives no
+    cells, and so does one that cannot be read, with a note (the second value)."""
     folder = course.root / "autograded" / result.student / result.assignment
-    answers = {}
+    cells, problems = {}, []
     for notebook in dict.fromkeys(item.notebook for item in result.items):
         path = folder / f"{notebook}.ipynb"
         data, problem = read_notebook(path) if path.exists() else ({"cells": []}, None)
         if problem:
-            notes.append(f"{result.student}: the feedback page of {notebook} shows no code: "
-                         f"{path.relative_to(course.root)} could not be read ({problem})")
-        answers[notebook] = answer_cells(data["cells"]) if data else []
-    return answers
+            problems.append(f"{result.student}: the feedback page of {notebook} shows no code: "
+                            f"{path.relative_to(course.root)} could not be read ({problem})")
+        cells[notebook] = data["cells"] if data else []
+    return cells, problems

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import datetime
 import hashlib
 import json
 import os
@@ -19,15 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbgrader import utils as nbgrader_utils
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
-from autograder.reading.cells import grade_id, marks
+from autograder.reading.cells import grade_id, marks, source_text
 from autograder.reading.course import Course
 from autograder.reading.errors import GradingError
 from autograder.reading.preflight import SKIP_TAG, Preflight
 from autograder.reading.results import SubmissionResult
 from autograder.reading.sanitize import inert_outputs, neutralize_student_markdown, safe_markdown
+from autograder.recording.lateness import late_by
+
+NO_RESPONSE = "No response."
+"""nbgrader's comment on an answer cell left as released."""
+
+LATE_PENALTY = "late_submission_penalty"
+"""The row of ``grades.csv`` that holds a notebook's late penalty (nbgrader's name for it)."""
 
 CSV_FIELDS = ["student", "assignment", "notebook", "grade_id", "score", "max_score", "status", "mistake", "deduction",
               "message"]
@@ -49,12 +58,13 @@ def nbgrader_env() -> dict[str, str]:
 
 
 def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
-    """nbgrader learns an assignment's graded cells when it generates the release; do that
-    once if the gradebook does not know the assignment yet."""
+    """nbgrader learns an assignment's notebooks and graded cells when it generates the release; do
+    that once if the gradebook does not know them yet: also where the assignment is there without
+    them, as ``nbgrader db assignment add NAME --duedate=...`` leaves it (the due date stays)."""
     with gradebook(course) as gb:
         try:
-            gb.find_assignment(assignment)
-            return
+            if gb.find_assignment(assignment).notebooks:
+                return
         except MissingEntry:
             pass
     done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
@@ -76,11 +86,18 @@ class HandGrade:
 
 @dataclass
 class Marking:
-    """What TAs recorded for one student in formgrader: the written answers' grades, and their
-    comments on any cell (by notebook and cell name)."""
+    """What the gradebook holds for one student besides the grader's verdicts: the written answers'
+    grades (a TA's, or nbgrader's 0 for an answer left blank), TAs' comments on any cell (by
+    notebook and cell name), and the submission's lateness and each notebook's late penalty, as
+    nbgrader's late-submission plugin set it."""
 
     written: list[HandGrade] = field(default_factory=list)
     comments: dict[tuple[str, str], str] = field(default_factory=dict)
+    seconds_late: float = 0.0
+    penalties: dict[str, float] = field(default_factory=dict)
+    set_by_ta: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Scores a TA set by hand on automatically graded cells, by notebook and test cell: a deduction
+    the notebook promises (the grading guide lists them), which replaces the grader's score."""
 
     @property
     def score(self) -> float:
@@ -94,12 +111,29 @@ class Marking:
     def waiting(self) -> list[HandGrade]:
         return [hand for hand in self.written if hand.score is None]
 
+    def item_score(self, item) -> float:
+        """An item's score: the one a TA set on its test cell, else the grader's."""
+        return self.set_by_ta.get((item.notebook, f"{item.grade_id}_test"), item.score)
+
+    @property
+    def penalty(self) -> float:
+        return sum(self.penalties.values())
+
+    def late_note(self, notebook: str | None = None) -> str:
+        """The lateness and its penalty in words (of one notebook, or of them all); "" when on time."""
+        if not self.seconds_late:
+            return ""
+        penalty = self.penalties.get(notebook, 0.0) if notebook else self.penalty
+        return f"Submitted {late_by(self.seconds_late)} after the due date: late penalty {penalty:g} points."
+
 
 def marking_digest(marking: Marking | None) -> str:
-    """A short digest of what TAs recorded for a student, to tell when a page predates it."""
+    """A short digest of what the gradebook holds for a student, to tell when a page predates it."""
     marking = marking or Marking()
     text = json.dumps([[h.notebook, h.grade_id, h.score, h.comment] for h in marking.written]
-                      + sorted([*key, text] for key, text in marking.comments.items()))
+                      + sorted([*key, text] for key, text in marking.comments.items())
+                      + sorted([*key, score] for key, score in marking.set_by_ta.items())
+                      + ([marking.late_note()] if marking.seconds_late else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -116,13 +150,18 @@ def stale_feedback(course: Course, assignment: str, marked: dict[str, Marking]) 
                   if stamps[student].exists() and stamps[student].read_text() != marking_digest(marking))
 
 
+def release_cells(course: Course, assignment: str) -> dict[str, list[dict]]:
+    """The cells of each release notebook, by notebook name; none where the release is not at hand
+    (reports copied elsewhere)."""
+    return {path.stem: json.loads(path.read_text())["cells"]
+            for path in sorted((course.root / "release" / assignment).glob("*.ipynb"))}
+
+
 def written_answers(course: Course, assignment: str) -> list[HandGrade]:
-    """The written answers of the release notebooks (markdown cells graded by hand), not graded yet;
-    none where the release is not at hand (reports copied elsewhere)."""
+    """The written answers of the release notebooks (markdown cells graded by hand), not graded yet."""
     found = []
-    for path in sorted((course.root / "release" / assignment).glob("*.ipynb")):
-        notebook = path.stem
-        for cell in json.loads(path.read_text())["cells"]:
+    for notebook, cells in release_cells(course, assignment).items():
+        for cell in cells:
             meta = marks(cell)
             if cell.get("cell_type") == "markdown" and meta.get("grade") and meta.get("grade_id"):
                 found.append(HandGrade(notebook, meta["grade_id"], float(meta.get("points", 0))))
@@ -132,7 +171,9 @@ def written_answers(course: Course, assignment: str) -> list[HandGrade]:
 def markings(course: Course, assignment: str) -> dict[str, Marking]:
     """Every student's :class:`Marking` of ``assignment``, read from nbgrader's gradebook, where
     formgrader writes hand grades and comments. The grader never writes either, so they survive
-    every regrade; a student the gradebook does not have yet has every written answer waiting."""
+    every regrade; a written answer's score is the TA's, else nbgrader's automatic 0 for an answer
+    left blank, else None (waiting). A student the gradebook does not have yet has every written
+    answer waiting."""
     scores: dict[tuple[str, str, str], float | None] = {}
     by_student: dict[str, Marking] = {}
     with warnings.catch_warnings(), gradebook(course) as gb:
@@ -143,9 +184,15 @@ def markings(course: Course, assignment: str) -> dict[str, Marking]:
             submissions = []
         for submission in submissions:
             marking = by_student.setdefault(submission.student.id, Marking())
+            marking.seconds_late = submission.total_seconds_late
             for nb in submission.notebooks:
-                scores.update({(submission.student.id, nb.name, grade.name): grade.manual_score
+                scores.update({(submission.student.id, nb.name, grade.name):
+                               grade.auto_score if grade.manual_score is None else grade.manual_score
                                for grade in nb.grades if grade.cell_type == "markdown"})
+                marking.set_by_ta.update({(nb.name, grade.name): grade.manual_score for grade in nb.grades
+                                          if grade.cell_type == "code" and grade.manual_score is not None})
+                if nb.late_submission_penalty is not None:
+                    marking.penalties[nb.name] = nb.late_submission_penalty
                 marking.comments.update({(nb.name, comment.name): comment.manual_comment
                                          for comment in nb.comments if comment.manual_comment})
     written = written_answers(course, assignment)
@@ -168,35 +215,58 @@ def item_message(item) -> str:
     return text
 
 
-def record_in_gradebook(gb: Gradebook, result: SubmissionResult) -> None:
-    """Writes auto scores and comments into the open gradebook ``gb``, uncommitted; written answers
-    are left for manual grading. A class's results share one opened gradebook (:func:`gradebook`)
-    and one commit: opening it inspects every table, and each commit waits for the disk, each
-    costing more than recording a submission."""
+def unchanged_answers(cells: list[dict], release: list[dict]) -> set[str]:
+    """The answer cells (code or written) of ``cells`` that the student left as released, by
+    ``grade_id``, judged as ``nbgrader autograde`` judges them: the cell, with the release's nbgrader
+    metadata, has the release's checksum (nbgrader's own ``compute_checksum``)."""
+    submitted = {grade_id(cell): cell for cell in cells}
+    same = set()
+    for cell in release:
+        meta, gid = marks(cell), grade_id(cell)
+        if meta.get("solution") and meta.get("checksum") and gid in submitted:
+            theirs = submitted[gid]
+            node = nbformat.from_dict({**cell, "cell_type": theirs.get("cell_type"),
+                                       "source": source_text(theirs.get("source", ""))})
+            if nbgrader_utils.compute_checksum(node) == meta["checksum"]:
+                same.add(gid)
+    return same
+
+
+def record_in_gradebook(gb: Gradebook, result: SubmissionResult, unchanged: dict[str, set[str]],
+                        timestamp: datetime.datetime | None = None) -> None:
+    """Writes auto scores and comments into the open gradebook ``gb``, uncommitted, with the
+    submission's time where it has one. ``unchanged`` holds, per notebook, the answer cells left as
+    released (:func:`unchanged_answers`): as in ``nbgrader autograde``, such a written answer scores 0
+    and such a cell's comment is "No response."; other written answers wait for a TA. Both
+    ``autograder grade`` and the course's ``nbgrader autograde`` hook record through here. A class's
+    results share one opened gradebook (:func:`gradebook`) and one commit: opening it inspects every
+    table, and each commit waits for the disk, each costing more than recording a submission."""
     with warnings.catch_warnings():
         # nbgrader's own submission code trips SQLAlchemy's autoflush warnings; they mean nothing here.
         warnings.simplefilter("ignore", SAWarning)
         gb.update_or_create_student(result.student)
-        gb.update_or_create_submission(result.assignment, result.student)
+        gb.update_or_create_submission(result.assignment, result.student,
+                                       **({"timestamp": timestamp} if timestamp else {}))
         by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
         by_answer: dict = {}
         for item in result.items:  # several items may grade one answer cell: their messages join
             by_answer.setdefault((item.notebook, item.answer), []).append(item)
         for notebook in dict.fromkeys([*(i.notebook for i in result.items), *result.unreadable]):
             submission = gb.find_submission_notebook(notebook, result.assignment, result.student)
-            unreadable = notebook in result.unreadable
+            blank = unchanged.get(notebook, set())
             for grade in submission.grades:
                 item = by_test.get((notebook, grade.name))
                 if item is not None:
                     grade.auto_score, grade.needs_manual_grade = item.score, False
-                elif unreadable:  # nothing there for a TA to grade by hand
+                elif notebook in result.unreadable or grade.name in blank:  # nothing for a TA to grade by hand
                     grade.auto_score, grade.needs_manual_grade = 0.0, False
                 else:  # a written answer: a TA grades it in formgrader, once; a regrade keeps that grade
                     grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
             for comment in submission.comments:
                 found = by_answer.get((notebook, comment.name))
                 # nbgrader renders comments as markdown without a sanitizer; messages can quote student code.
-                comment.auto_comment = safe_markdown("\n".join(item_message(i) for i in found)) if found else None
+                comment.auto_comment = (safe_markdown("\n".join(item_message(i) for i in found)) if found else
+                                        NO_RESPONSE if comment.name in blank else None)
 
 
 def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, Preflight],
@@ -231,8 +301,11 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
     course.copy_receipts(result.assignment, result.student, folder)
 
 
-def write_grades_csv(course: Course, assignment: str) -> Path:
-    """``reports/<assignment>/grades.csv``: one row per student and item, from every report."""
+def write_grades_csv(course: Course, assignment: str, marked: dict[str, Marking]) -> Path:
+    """``reports/<assignment>/grades.csv``: one row per student and item, from every report, and for
+    a late submission one row per notebook with the late penalty that nbgrader's plugin set (of
+    ``marked``, from :func:`markings`: the penalty as a negative score, its lateness in words), so
+    that the scores add up to the grade."""
     folder = course.reports(assignment)
     path = folder / "grades.csv"
     with path.open("w", newline="") as f:
@@ -243,4 +316,9 @@ def write_grades_csv(course: Course, assignment: str) -> Path:
             for item in data["items"]:
                 writer.writerow({"student": data["student"], "assignment": data["assignment"],
                                  **{k: item.get(k) for k in CSV_FIELDS[2:]}})
+            marking = marked.get(data["student"], Marking())
+            for notebook, penalty in marking.penalties.items() if marking.seconds_late else ():
+                writer.writerow({"student": data["student"], "assignment": data["assignment"], "notebook": notebook,
+                                 "grade_id": LATE_PENALTY, "score": -penalty if penalty else 0.0, "max_score": 0,
+                                 "status": "late", "message": marking.late_note(notebook)})
     return path

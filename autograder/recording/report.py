@@ -2,9 +2,10 @@
 
 Everything here reads ``reports/<assignment>/<student>.json`` (what ``autograder grade``
 writes), so a report can be remade anywhere those files are, without grading again or
-loading the hidden checks. Only the section on similar answers reads more: the submissions, the
-release and source notebooks, and the names of the hidden checks' items
-(:mod:`autograder.recording.similarity`); where they are missing it says so. The page follows
+loading the hidden checks. The exports' totals and late penalties are the gradebook's
+(:mod:`autograder.recording.lms_exports`) where it holds the submission. Only the section on
+similar answers reads more: the submissions, the release and source notebooks, and the names of
+the hidden checks' items (:mod:`autograder.recording.similarity`); where they are missing it says so. The page follows
 :mod:`autograder.recording.feedback`: a template
 (``templates/report.html.j2``) that escapes every string (student ids come from folder names,
 messages quote student code), no script, and a Content-Security-Policy that forbids everything
@@ -31,15 +32,14 @@ from autograder.reading.errors import GradingError
 from autograder.reading.faults import log_fault
 from autograder.recording.feedback import PAGES
 from autograder.recording.guide import write_guide
-from autograder.recording.record import Marking, item_message, markings, stale_feedback
+from autograder.recording.lms_exports import (Grade, gradebook_grades, gradescope_results, unrecorded,
+                                              write_canvas_csv, write_gradescope_archive)
+from autograder.recording.record import Marking, markings, stale_feedback
 from autograder.reading.results import NOT_WRITTEN, STATUSES, SubmissionResult, load_results
 from autograder.reading.sanitize import STORABLE, spreadsheet_safe
 from autograder.recording.similarity import CLASSMATE, PUBLIC, REFERENCE
 from autograder.recording.similarity_report import write_similarity
 
-# Gradescope shows a submission's results once the instructor publishes the grades, as
-# nbgrader's release_feedback hands out feedback only when the instructor does.
-GRADESCOPE_VISIBILITY = "after_published"
 # An item whose discrimination is below this tells strong and weak students apart no better
 # than chance, or worse: its check may be suspect.
 SUSPECT_BELOW = 0.1
@@ -204,68 +204,58 @@ WAITING = "waiting"
 """What an export shows for a written answer that no TA has graded yet."""
 
 
-def write_lms_csv(path: Path, results: list[SubmissionResult], marked: dict[str, Marking]) -> Path:
-    """One row per student, one column per item and per written answer: the shape an LMS gradebook
-    imports. Totals hold the hand grades recorded so far; ``waiting`` counts the written answers
-    no TA has graded yet, whose cells say ``waiting``. (``grades.csv``, written by
-    ``autograder grade``, is the long shape of the automatic grades: a row per student and item.)"""
+def write_scores_csv(path: Path, results: list[SubmissionResult], marked: dict[str, Marking],
+                     grades: dict[str, Grade]) -> Path:
+    """One row per student, one column per item and per written answer, for a spreadsheet. The total is
+    ``grades``' (the hand grades recorded so far, less the late penalty, which has a column of its own);
+    ``waiting`` counts the written answers no TA has graded yet, whose cells say ``waiting``; an item whose
+    score a TA set by hand (a deduction) has the TA's.
+    (``grades.csv``, written by ``autograder grade``, is the long shape of the automatic grades: a row per
+    student and item. An LMS takes ``canvas.csv`` or the Gradescope archive: :mod:`.lms_exports`.)"""
     order = item_order(results)
     written = [hand.grade_id for hand in next(iter(marked.values()), Marking()).written]
     with path.open("w", newline="", **STORABLE) as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "total", "max_total", "waiting", *order, *written])
+        writer.writerow(["student", "total", "max_total", "late_penalty", "waiting", *order, *written])
         for result in results:
-            scores = {i.grade_id: i.score for i in result.items}
             marking = marked.get(result.student, Marking())
+            scores = {i.grade_id: marking.item_score(i) for i in result.items}
+            grade = grades[result.student]
             hand = {h.grade_id: WAITING if h.score is None else f"{h.score:g}" for h in marking.written}
-            writer.writerow([spreadsheet_safe(result.student), f"{result.total + marking.score:g}",
-                             f"{result.max_total + marking.max_score:g}", len(marking.waiting),
+            writer.writerow([spreadsheet_safe(result.student), f"{grade.total:g}", f"{grade.max_score:g}",
+                             f"{grade.penalty:g}", len(marking.waiting),
                              *(f"{scores[g]:g}" if g in scores else "" for g in order),
                              *(hand.get(g, "") for g in written)])
     return path
 
 
-def gradescope_results(result: SubmissionResult, marking: Marking | None = None) -> dict:
-    """Gradescope's autograder ``results.json`` for one submission: a test per item, its
-    output the same text that formgrader and the autograded notebook show, then one per written
-    answer with its hand grade (0 and "waiting" until a TA grades it)."""
-    marking = marking or Marking()
-    written = [{"name": hand.grade_id, "score": hand.score or 0.0, "max_score": hand.max_score,
-                "status": "passed" if hand.score is not None and hand.score >= hand.max_score else "failed",
-                "output": (f"Graded by hand: {hand.score:g}/{hand.max_score:g}. {hand.comment}".strip()
-                           if hand.score is not None else "Graded by hand: waiting for a TA.")}
-               for hand in marking.written]
-    return {
-        "score": result.total + marking.score,
-        "output": "\n".join(result.flags),
-        "output_format": "text",  # messages quote student code: shown as text, never as markdown or HTML
-        "test_output_format": "text",
-        "visibility": GRADESCOPE_VISIBILITY,
-        "tests": [{"name": item.grade_id, "number": str(number), "score": item.score, "max_score": item.max_score,
-                   "status": "passed" if item.status == "passed" else "failed", "output": item_message(item)}
-                  for number, item in enumerate(result.items, 1)]
-                 + [{**test, "number": str(number)} for number, test in enumerate(written, len(result.items) + 1)],
-    }
-
-
-def write_reports(course: Course, assignment: str) -> dict[str, Path] | None:
-    """Writes ``report.html``, ``lms.csv``, ``gradescope/<student>/results.json``, the TA's grading
-    guide and the similarity report under ``reports/<assignment>/``, and names the students whose
-    feedback pages predate their hand grades (``stale``); None when there is no graded submission to
-    report on."""
+def write_reports(course: Course, assignment: str, canvas_column: str = "") -> dict | None:
+    """Writes ``report.html``, ``scores.csv``, the LMS exports (``canvas.csv``, whose assignment column is
+    ``canvas_column`` or the assignment's name, ``gradescope/<student>/results.json`` and their archive
+    ``gradescope_autograder.zip``), the TA's grading guide and the similarity report under
+    ``reports/<assignment>/``. It names the students the Gradescope archive leaves out for want of an
+    email in the gradebook (``no_email``), and those whose feedback pages predate their hand grades
+    (``stale``); None when there is no graded submission to report on."""
     results = load_results(course, assignment)
     if not results:
         return None
     folder = course.reports(assignment)
     marked = markings(course, assignment)
+    recorded = gradebook_grades(course, assignment)
+    grades = {r.student: recorded.get(r.student) or unrecorded(r, marked.get(r.student, Marking())) for r in results}
     html = folder / "report.html"
     newest = max(path.stat().st_mtime for path in folder.glob("*.json"))
     html.write_text(render(assignment, results, time.strftime("%Y-%m-%d %H:%M", time.localtime(newest)), marked,
                            similarity_section(course, assignment)), **STORABLE)
     gradescope = folder / "gradescope"
-    for result in results:
-        path = gradescope / result.student / "results.json"
+    scope = {r.student: gradescope_results(r, marked.get(r.student, Marking()), grades[r.student]) for r in results}
+    for student, data in scope.items():
+        path = gradescope / student / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(gradescope_results(result, marked.get(result.student)), indent=2) + "\n")
-    return {"report": html, "lms": write_lms_csv(folder / "lms.csv", results, marked), "gradescope": gradescope,
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    archive = folder / "gradescope_autograder.zip"
+    no_email = write_gradescope_archive(archive, scope, {student: grade.email for student, grade in grades.items()})
+    return {"report": html, "scores": write_scores_csv(folder / "scores.csv", results, marked, grades),
+            "canvas": write_canvas_csv(folder / "canvas.csv", canvas_column or assignment, list(recorded.values())),
+            "gradescope": gradescope, "gradescope_archive": archive, "no_email": no_email,
             "guide": write_guide(course, assignment), "stale": stale_feedback(course, assignment, marked)}

@@ -64,7 +64,8 @@ def _transfer_weights() -> list[Entry]:
 def _attention_basics() -> dict[str, list[Entry]]:
     generator = torch.Generator().manual_seed(1)
     softmax = [entry("softmax_stable", function_check("softmax_stable", lambda x: torch.softmax(x, dim=-1), {"x": x},
-                                                      torch.randn(x.shape, generator=generator)),
+                                                      torch.randn(x.shape, generator=generator),
+                                                      mistakes.SOFTMAX_MISTAKES.records(x)),
                      f"softmax_stable on x of shape {tuple(x.shape)}")
                for x in (torch.randn(6, generator=generator), 4 * torch.randn(2, 4, 5, generator=generator),
                          torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, 0.0, 1000.0]]))]
@@ -78,7 +79,8 @@ def _attention_basics() -> dict[str, list[Entry]]:
         x = torch.randn(shape, generator=generator)
         context.append(entry("context_vectors", function_check("context_vectors", unscaled_self_attention,
                                                                {"inputs": x},
-                                                               torch.randn(shape, generator=generator)),
+                                                               torch.randn(shape, generator=generator),
+                                                               mistakes.CONTEXT_VECTOR_MISTAKES.records(x)),
                              f"context_vectors on inputs of shape {shape}"))
     one_sequence = (AttentionCase(batch=None, seq=6, d_in=3, d_out=2, bias=False),
                     AttentionCase(batch=None, seq=1, d_in=4, d_out=3, bias=False))
