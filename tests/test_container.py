@@ -1,5 +1,6 @@
 """The TA container: the Dockerfile passes hadolint, and the image it builds (with podman, once per
-test run) grades the demo class with no network and bubblewrap's sandbox inside, refuses to grade
+test run) grades the demo class with no network and bubblewrap's sandbox inside, applies the course's
+late, extension and blank-answer rules as nbgrader does, refuses to grade
 without the options that sandbox needs, and holds the course's runtime only. Its Kubernetes Jobs
 are checked in test_k8s.py."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import container_tools
+import late_class
 from conftest import image_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +84,30 @@ def test_the_image_grades_the_demo_class_offline_with_the_sandbox_inside(image, 
     assert re.search(r"ada_solution\s+10/10", done.stdout) and re.search(r"bo_blank\s+0/10", done.stdout)
     assert re.search(r"dee_cheater\s+0/10", done.stdout) and "Forbidden call" in done.stdout
     assert (course / "demo-course" / "reports" / "01_attention_basics" / "report.html").is_file()
+
+
+def test_the_image_applies_the_course_rules_as_nbgrader_does(image, course):
+    """The class of :mod:`late_class` (its due date set before the release exists), graded in the image
+    under ``penalty_method = "zero"``: the penalties, times and zeros that test_course_rules.py holds
+    both commands to on the host."""
+    late_class.make_class(course)
+    with (course / "nbgrader_config.py").open("a") as config:
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    late_class.grant_extension(course)
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", "1000:1000", str(course)], check=True)
+    done = container_tools.run(image, course, "grade", late_class.A)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tables = late_class.gradebook_tables(course)
+    seconds_late = {row[0]: row[4] for row in tables["submissions"]}
+    penalties = {row[0]: row[2] for row in tables["notebooks"]}
+    points = {student: sum(row[3] or 0 for row in tables["grades"] if row[0] == student) for student in seconds_late}
+    assert (seconds_late["late"], penalties["late"], points["late"]) == (16 * 3600, 10, 10)
+    assert (seconds_late["late_ext"], penalties["late_ext"]) == (0, None)
+    assert (seconds_late[late_class.CANVAS_ID], penalties[late_class.CANVAS_ID]) == (1, 10)
+    assert points["renamed"] == points["correct"] == 10
+    blank = {row[2]: row[3:] for row in tables["grades"] if row[0] == "blank" and row[2] in late_class.WRITTEN}
+    assert blank == dict.fromkeys(late_class.WRITTEN, (0.0, None, None, False))
 
 
 def test_without_the_security_options_the_image_refuses_to_grade(image, course):

@@ -57,6 +57,12 @@ def test_what_pep8_forbids_is_named_with_its_line(name):
     assert len(problems) == 1 and problems[0].startswith("line 2, ") and f": {code} " in problems[0], problems
 
 
+def test_a_bracket_left_open_is_told_not_raised():
+    """The tokenizer tells it at the line after the last, which the cell does not have."""
+    problems = style_problems("import torch\nx = torch.ones(\n")
+    assert len(problems) == 1 and problems[0].startswith("line 3, '': E901 TokenError"), problems
+
+
 def answer_in_a_cell(source: str, name: str, count: int):
     """``name`` defined by ``source`` as IPython runs a cell: under an ``<ipython-input-...>``
     file name that linecache holds, in the namespace ``__main__``."""

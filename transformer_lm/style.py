@@ -56,7 +56,9 @@ class _StyleCollector(pycodestyle.BaseReport):
             return None   # E203's offset is the space before the colon
         code = super().error(line_number, offset, text, check)
         if code:  # the line itself, since the page that shows the deduction numbers no lines
-            self.problems.append(f"line {line_number}, {self.lines[line_number - 1].strip()[:80]!r}: {text}")
+            # (a tokenizer's error, E902 on a bracket left open, is told at the line after the last)
+            line = self.lines[line_number - 1] if line_number <= len(self.lines) else ""
+            self.problems.append(f"line {line_number}, {line.strip()[:80]!r}: {text}")
         return code
 
     def _code_fits(self, line_number) -> bool:
