@@ -93,6 +93,7 @@ def test_the_image_applies_the_course_rules_as_nbgrader_does(image, course):
     late_class.make_class(course)
     with (course / "nbgrader_config.py").open("a") as config:
         config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    late_class.nbgrader("generate_assignment", late_class.A, "--force", cwd=course)   # before an extension
     late_class.grant_extension(course)
     if os.geteuid() == 0:
         subprocess.run(["chown", "-R", "1000:1000", str(course)], check=True)

@@ -70,7 +70,12 @@ def ensure_assignment_in_gradebook(course: Course, assignment: str) -> None:
     done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
                           cwd=course.root, env=nbgrader_env(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise GradingError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        hint = (f"\nThe gradebook holds a submission of {assignment} (granting an extension makes one) made before "
+                f"its release was generated, and nbgrader will not add notebooks to it. Remove that submission "
+                f"(nbgrader db student remove, or formgrader), run nbgrader generate_assignment {assignment}, then "
+                f"grant the extension again." if "there are submissions" in done.stdout + done.stderr else "")
+        raise GradingError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+                           f"{hint}")
 
 
 @dataclass
