@@ -73,7 +73,7 @@ HIDDEN = "\n### BEGIN HIDDEN TESTS\nfrom benchmarks.in_kernel import check\nchec
          "### END HIDDEN TESTS\n"
 PLAIN_NBGRADER = """
 # The benchmark's anchor: nbgrader's own Execute step, hidden tests in the kernel.
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, SaveAutoGrades
 c.Autograde.autograde_preprocessors = [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 """
