@@ -85,7 +85,7 @@ class TrustedGrading(Preprocessor):
             record.record_in_gradebook(gb, result, unchanged)
             gb.db.commit()
         neutralize_student_markdown(nb.cells, assignment.release[notebook])
-        verdicts = {f"{item.grade_id}_test": item for item in result.items if item.notebook == notebook}
+        verdicts = {item.test_id: item for item in result.items if item.notebook == notebook}
         for cell in nb.cells:
             item = verdicts.get(grade_id(cell))
             if item is None:

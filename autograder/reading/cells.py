@@ -27,6 +27,12 @@ def grade_id(cell) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def test_cell_id(item: str) -> str:
+    """The ``grade_id`` of the test cell of the item ``item`` (the course names it so): where
+    formgrader shows, and a TA may set, the item's score."""
+    return f"{item}_test"
+
+
 def grade_ids(cells: list) -> set[str]:
     """The ``grade_id`` of every cell that has one."""
     return {gid for cell in cells if (gid := grade_id(cell)) is not None}

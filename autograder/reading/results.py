@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder.reading.cells import test_cell_id
 from autograder.reading.course import Course
 
 STATUSES = ("passed", "failed", "error", "timeout", "killed", "missing", "forbidden", "tampered")
@@ -29,6 +30,10 @@ class ItemResult:
     mistake: str | None = None
     deduction: str = ""
     answer: str = ""  # the answer cell graded (several items may share one)
+
+    @property
+    def test_id(self) -> str:
+        return test_cell_id(self.grade_id)
 
 
 @dataclass

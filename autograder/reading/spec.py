@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 
+from autograder.reading.cells import test_cell_id
 from transformer_lm.instructor.kinds import CheckKind
 
 
@@ -70,7 +71,7 @@ class Item:
 
     @property
     def test_id(self) -> str:
-        return f"{self.grade_id}_test"
+        return test_cell_id(self.grade_id)
 
     @property
     def answer_id(self) -> str:

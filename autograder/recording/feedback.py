@@ -36,7 +36,7 @@ def render(result: SubmissionResult, notebook: str, answers: list[tuple[str, str
     here = Marking([hand for hand in marking.written if hand.notebook == notebook])  # this notebook's written answers
     comments = {name: text for (nb, name), text in marking.comments.items()
                 if nb == notebook and name not in {hand.grade_id for hand in here.written}}
-    by_ta = {i.grade_id: marking.item_score(i) for i in items if marking.item_score(i) != i.score}
+    by_ta = {i.grade_id: score for i in items if (score := marking.item_score(i)) != i.score}
     return PAGES.get_template("feedback.html.j2").render(
         result=result, notebook=notebook, items=items, answers=answers, written=here.written, comments=comments,
         by_ta=by_ta, got=sum(by_ta.get(i.grade_id, i.score) for i in items), total=sum(i.max_score for i in items),

@@ -118,7 +118,7 @@ class Marking:
 
     def item_score(self, item) -> float:
         """An item's score: the one a TA set on its test cell, else the grader's."""
-        return self.set_by_ta.get((item.notebook, f"{item.grade_id}_test"), item.score)
+        return self.set_by_ta.get((item.notebook, item.test_id), item.score)
 
     @property
     def penalty(self) -> float:
@@ -252,7 +252,7 @@ def record_in_gradebook(gb: Gradebook, result: SubmissionResult, unchanged: dict
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(result.assignment, result.student,
                                        **({"timestamp": timestamp} if timestamp else {}))
-        by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
+        by_test = {(i.notebook, i.test_id): i for i in result.items}
         by_answer: dict = {}
         for item in result.items:  # several items may grade one answer cell: their messages join
             by_answer.setdefault((item.notebook, item.answer), []).append(item)
@@ -282,7 +282,7 @@ def write_autograded(course: Course, result: SubmissionResult, pres: dict[str, P
     :func:`inert_outputs`), and the student's markdown made inert (:func:`safe_markdown`)."""
     folder = course.root / "autograded" / result.student / result.assignment
     folder.mkdir(parents=True, exist_ok=True)
-    by_test = {(i.notebook, f"{i.grade_id}_test"): i for i in result.items}
+    by_test = {(i.notebook, i.test_id): i for i in result.items}
     for notebook, pre in pres.items():
         if pre.notebook is None:
             continue
