@@ -360,3 +360,22 @@ FORWARD["hf_docs"] = hf_forward(
     '    Plain PyTorch ops only, so it also runs under torch.compile."""\n'
     "    # torch.compile(flash_forward) would fuse these loops; scaled_dot_product_attention is what we match\n",
     "(docstrings and comments that mention torch.compile, softmax, scaled_dot_product_attention)")
+FORWARD["validating"] = FORWARD["nanogpt"].replace(
+    "# style: nanoGPT (B, nh, T, hs = q.size(); the manual attention branch, one tile at a time)",
+    "# style: inputs checked first, as library code does (a ValueError for NaN or inf in q, k or v)").replace(
+    "    B, nh, T, hs = q.size()\n",
+    "    for name, t in ((\"q\", q), (\"k\", k), (\"v\", v)):\n"
+    "        if not torch.isfinite(t).all():\n"
+    "            raise ValueError(f\"{name} holds NaN or inf\")\n"
+    "    B, nh, T, hs = q.size()\n", 1)
+FORWARD["validating_tiles"] = FORWARD["nanogpt"].replace(
+    "# style: nanoGPT (B, nh, T, hs = q.size(); the manual attention branch, one tile at a time)",
+    "# style: each tile of q, k and v checked as it is loaded, as a kernel would (a ValueError for NaN or inf)").replace(
+    "        tq = qb.size(-2)\n",
+    "        tq = qb.size(-2)\n"
+    "        if not torch.isfinite(qb).all():\n"
+    "            raise ValueError(\"q holds NaN or inf\")\n", 1).replace(
+    "            kb, vb = k[:, :, s:s + block_k], v[:, :, s:s + block_k]\n",
+    "            kb, vb = k[:, :, s:s + block_k], v[:, :, s:s + block_k]\n"
+    "            if not (torch.isfinite(kb).all() and torch.isfinite(vb).all()):\n"
+    "                raise ValueError(\"k or v holds NaN or inf\")\n", 1)

@@ -1,7 +1,8 @@
 """A class of assignment 05 whose truth is known from outside the grader: honest tiled attention
 written in the styles of public code (``tests/honest_softmax.py``, ``honest_forward.py`` and
 ``honest_backward.py``), which must get every point with no flag, and submissions that cheat on
-memory, work or the forbidden library, each with the items it must lose.
+memory, work or the forbidden library, each with the items it must lose (those that compute the
+tiles the causal mask hides, made safe against NaN, come from ``tests/skipping_evasions.py``).
 ``tests/test_outside_truth.py`` grades both lists as one class.
 """
 
@@ -16,6 +17,7 @@ from hostile_class import add_cell, replace
 from honest_backward import BACKWARD
 from honest_forward import FORWARD
 from honest_softmax import SOFTMAX
+import skipping_evasions
 
 A = "05_efficient_attention"
 SOURCE = Path(__file__).resolve().parents[1] / "source" / A / "efficient_attention.ipynb"
@@ -140,6 +142,7 @@ HONEST = {
     "h29_trimmed_einsum": ("nan_to_num", "trimmed", "einsum", "plain"),
     "h31_log_domain_vmap": ("plain", "log_domain", "vmap", "options"),
     "h32_nanogpt_fairseq": ("fairseq", "nanogpt", "fairseq", "plain"),
+    "h33_validating_tiles": ("plain", "validating_tiles", "nanogpt", "plain"),
 }
 
 
@@ -172,7 +175,7 @@ TILED = '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
         qe = min(qs + block_q, T_q)
         m = q.new_full(q.shape[:-2] + (qe - qs,), float("-inf"))
         l, acc = torch.zeros_like(m), q.new_zeros(*m.shape, v.shape[-1])
-        for ks in range(0, {stop}, block_k):
+        for ks in range(0, min(qe, T_k) if causal else T_k, block_k):
             ke = min(ks + block_k, T_k)
             s = {scores}
             {keep}
@@ -185,11 +188,10 @@ TILED = '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
     return out, lse
 '''
 TILE = "q[..., qs:qe, :] @ k[..., ks:ke, :].mT * scale"
-SKIP = "min(qe, T_k) if causal else T_k"
 
 
-def tiled(setup="pass", keep="pass", scores=TILE, stop=SKIP, before=""):
-    return before + TILED.format(setup=setup, keep=keep, scores=scores, stop=stop)
+def tiled(setup="pass", keep="pass", scores=TILE, before=""):
+    return before + TILED.format(setup=setup, keep=keep, scores=scores)
 
 
 # Each tile's scores copied into one buffer, where every score stays until the call returns.
@@ -230,9 +232,6 @@ MEMORY = {
                             "pass", scores="F.conv1d(keys, q[..., qs:qe, :].reshape(-1, d, 1), groups=B_H)"
                             ".reshape(*q.shape[:-2], qe - qs, T_k)[..., ks:ke] * scale"),
 }
-# Every tile computed and masked under the causal mask, and the work without it done twice.
-INFLATED = tiled(keep="if not causal:\n                _ = torch.exp(s) @ v[..., ks:ke, :], q[..., qs:qe, :] @ k[..., ks:ke, :].mT",
-                 stop="T_k")
 EXACT_LSE = '''
     scores = q @ k.mT / math.sqrt(q.shape[-1])
     if causal:
@@ -349,7 +348,6 @@ def attacks(good: dict) -> list[Submission]:
 
     found = [Submission(name, replace(good, "flash_forward", source), {"flash_memory"})
              for name, source in MEMORY.items()]
-    found.append(Submission("a09_inflated_without_mask", replace(good, "flash_forward", INFLATED), {"causal_skipping"}))
     for name, (source, answer) in FORBIDDEN.items():
         found.append(Submission(name, replace(good, answer, source), FORWARD_ITEMS if answer == "flash_forward"
                                 else {"online_softmax"}))
@@ -358,6 +356,10 @@ def attacks(good: dict) -> list[Submission]:
         found.append(Submission(name, notebook, {"backward_memory"}))
     forged = add_cell(replace(good, "flash_forward", library_flash()), FORGER, "online_softmax")
     found.append(Submission("a17_forged_run", forged, set(FORWARD_ITEMS)))
+    found += [Submission(f"a18_{name}", replace(good, "flash_forward", source), {"causal_skipping"})
+              for name, source in skipping_evasions.forward_evasions().items()]
+    found += [Submission(f"a19_{name}", replace(good, "flash_backward", source), {"backward_memory"})
+              for name, source in skipping_evasions.backward_evasions().items()]
     return found
 
 

@@ -104,13 +104,17 @@ def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verd
     """Calls the prepared probe on ``objects`` (name -> the student's object) and judges it,
     showing values: the verdict of a pass, which it leaves to :func:`check` to print, or a
     :class:`CheckFailed` whose message starts with ``context`` (what was called). None for a
-    capped check on a machine that cannot cap a call, which says so."""
+    capped check on a machine that cannot cap a call, and for a call that refused the non-finite
+    inputs a check fed it on purpose (``prepared.refused``): each says so."""
     try:
         result = call_prepared(name, prepared, objects)
     except capped_call.CapUnavailable as unavailable:
         print(fit(f"{name}: not checked under the memory cap here, since {unavailable}; the grader checks it."))
         return None
     except CheckFailed as failed:   # an error of the answer: said with what was called, as a wrong value is
+        if prepared.refused and isinstance(failed.__cause__, ValueError):
+            print(fit(f"{name}: {prepared.refused}"))
+            return None
         if not context or str(failed).startswith("TODO:"):
             raise
         raise CheckFailed(f"{context}:\n{failed}") from failed.__cause__

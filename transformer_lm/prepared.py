@@ -55,15 +55,36 @@ class ProbeCall:
 
 
 @dataclass
+class Clocked:
+    """How the grader times a check's call from outside the run (the server reads the run's CPU
+    clock around each window: :mod:`autograder.running.harness.clock`). The call is made once per
+    window of ``windows`` (keyword arguments), each on inputs of its own, made by ``inputs(window)``
+    (tensors by the call's flattened names) on the trusted side and handed to the run only when
+    its window opens. The course's code, standing in for ``stands_in``, makes the calls of the
+    windows ``reference`` names, on their inputs, in a run of its own in the same sandbox: what the
+    answer's figures are compared with."""
+
+    windows: list[dict]
+    inputs: Callable[[int], dict[str, torch.Tensor]]
+    reference: list[int]
+    stands_in: str
+
+
+@dataclass
 class Prepared:
     """A check made concrete: the call to make and how to judge what comes back. A check with a
     ``memory_cap`` runs in a run whose memory the kernel caps at that many bytes more than it held
-    before its first cell; ``on_error`` is what a call that failed there is told."""
+    before its first cell; ``on_error`` is what a call that failed there is told. A check that is
+    ``clocked`` has its windows timed by the server. A visible check with ``refused`` feeds its call
+    non-finite numbers on purpose: a call that refuses them with a ``ValueError`` is told that text
+    and not judged, since checking one's inputs is right."""
 
     call: ProbeCall
     judge: Judge
     memory_cap: int = 0
     on_error: str = ""
+    clocked: Clocked | None = None
+    refused: str = ""
 
     def judge_result(self, result: object, values: bool) -> Verdict:
         """Judges what the probe returned (a record of tensors, or a plain value)."""

@@ -80,6 +80,9 @@ TEXTS = {
     "nothing": "nothing",
     "for_backward": " for the backward",
     "on_ctx": ", and left {count:number} tensor(s) on ctx, of shape ",
+    "refuses_nan": "the call refuses non-finite inputs (a ValueError), which is right, so this check, which fills "
+                   "a key block with NaN, cannot see which tiles it computes; the grader measures that by the CPU "
+                   "time of its calls.",
     "prefix_nan": "{call:call}: rows 0 to {last:number} see only keys before {start:number}, yet came out NaN. The "
                   "call computed the tiles of those NaN keys for queries that the causal mask hides them from (a "
                   "weight of 0 times NaN is NaN), instead of skipping the key blocks wholly in a query block's "

@@ -8,9 +8,10 @@ shared by all rows underflows there).
 Memory and work earn points only from facts the student's process cannot forge. Memory: at
 T=8192 (one head's score matrix is 256 MiB in float32) the forward, and the backward, run in a run
 whose memory the kernel caps at 48 MiB more than it held before its first cell; a tiled pass
-needs a few MiB, and the values are judged here. Work: one key block, drawn from the secret, is
-made NaN in k and v, and the rows of the query blocks before it must come out clean and right (a
-call that computes the tiles the causal mask hides, and masks them, makes them NaN). A trace of
+needs a few MiB, and the values are judged here. Work: the CPU time the kernel counts for each
+call of ``flash_forward`` and of ``flash_backward`` under the causal mask, read by the sandbox's
+server around the call (:mod:`transformer_lm.instructor.timed_kinds`), against the same answer's
+without the mask and the course's code on the same inputs. A trace of
 the student's own call at T=96 (:mod:`transformer_lm.instructor.tiled_kinds`) only explains: when an item
 fails, it names the line's mistake (a tensor of T x T numbers, a reduction over a whole row, a
 block too many, what the forward keeps for the backward). Inputs come from the course's secret
@@ -21,7 +22,8 @@ from autograder.reading.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
                                                    FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
-                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
+                                                   OnlineSoftmaxCheck, TileCase)
+from transformer_lm.instructor.timed_kinds import TIMED, TIMED_BACKWARD, SkipTimeCheck
 
 TILED = SOFTMAX + LIBRARY_ATTENTION
 
@@ -39,7 +41,7 @@ SPREAD = TileCase(batch=2, heads=1, seq_q=33, seq_k=33, dim=8, dim_v=6, block_q=
 # T*T = 9216; a tile of every head 768, q 3072, the output 2304
 MEMORY = TileCase(batch=2, heads=2, seq_q=96, seq_k=96, dim=8, dim_v=6, block_q=16, block_k=12)
 CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, block_q=12, block_k=16, causal=True)
-# one key block of 16 made NaN: the query blocks before it must stay clean
+# square tiles, seven query blocks: the trace's count names one key block too many here too
 SKIPPING = TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16, block_k=16, causal=True)
 
 ITEMS = [
@@ -59,7 +61,7 @@ ITEMS = [
         Explains(FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory")),
     ), forbids=TILED, answer="flash_forward"),
     Item("causal_skipping", points=1, checks=(
-        SkippedTilesCheck("flash_forward", SKIPPING),
+        SkipTimeCheck("flash_forward", TIMED),
         Explains(CausalWorkCheck("flash_forward", CAUSAL_MEMORY)),
         Explains(CausalWorkCheck("flash_forward", SKIPPING)),
     ), forbids=TILED, answer="flash_forward"),
@@ -67,7 +69,7 @@ ITEMS = [
          forbids=TILED, builds_on=("flash_forward",)),
     Item("backward_memory", points=1, checks=(
         CappedCheck("FlashAttention", CAPPED_CAUSAL, memory_cap=MEMORY_CAP, backward=True),
-        SkippedTilesCheck("FlashAttention", SKIPPING, backward=True),
+        SkipTimeCheck("flash_backward", TIMED_BACKWARD, backward=True),
         Explains(FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory")),
         Explains(FlashFunctionCheck("FlashAttention", MEMORY, "memory")),
         Explains(CausalWorkCheck("FlashAttention", CAUSAL_MEMORY, backward=True)),   # the backward skips the same tiles

@@ -14,8 +14,8 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from autograder.running import runner, sandbox
-from autograder.reading.assignment import Assignment
+from autograder.running import clocked, runner, sandbox
+from autograder.reading.assignment import WITH_COURSE_CODE, Assignment
 from autograder.reading.cells import answer_cells, answers
 from autograder.reading.config import Autograder
 from autograder.reading.course import Course
@@ -98,7 +98,8 @@ def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.
     """The runs of the probes ``pids`` of one notebook (those with stand-ins, with the course's code):
     one run for each set of forbidden calls, so that what an item forbids is absent from the run
     that checks it (a later item may use it); a run that holds a capped check runs under its cap
-    from its first cell on."""
+    from its first cell on; the records of its timed checks get the course's figures on the same
+    inputs, in the same sandbox and under the same limits (:mod:`autograder.running.clocked`)."""
     forbids = {item.grade_id: item.forbids for items in assignment.items.values() for item in items}
     groups: dict[tuple[str, ...], set[str]] = {}
     for pid in pids:
@@ -112,8 +113,23 @@ def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.
         stand_ins = {pid: assignment.stand_ins[pid] for pid in prepared if pid in assignment.stand_ins}
         code = {pid: assignment.course_code[assignment.probe_item[pid]] for pid in stand_ins}
         limits = runner.RunLimits(absent=absent_from_run(forbidden), memory_cap=cap)
-        result.merge(runner.run_submission(pre, prepared, answers, worker, watch, stand_ins, code, limits))
+        found = runner.run_submission(pre, prepared, answers, worker, watch, stand_ins, code, limits)
+        _with_reference(assignment, found, worker, limits)
+        result.merge(found)
     return result
+
+
+def _with_reference(assignment: Assignment, found: runner.RunResult, worker: runner.Worker,
+                    limits: runner.RunLimits) -> None:
+    """Puts beside each timed record the course's figures on the same inputs, in the same sandbox."""
+    base = {pid: pid.removesuffix(WITH_COURSE_CODE) for pid, outcome in found.outcomes.items()
+            if outcome.record and assignment.prepared[pid].clocked is not None}
+    if not base:
+        return
+    figures = clocked.reference_figures(worker, {pid: assignment.prepared[pid] for pid in set(base.values())},
+                                        assignment.reference_code, limits, runner.MOUNTS["out"])
+    for pid, original in base.items():
+        found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
 
 
 def _late_items(assignment: Assignment, notebook: str, pre: Preflight, run: runner.RunResult) -> set[str]:

@@ -19,6 +19,9 @@ from transformer_lm.prepared import Prepared
 
 WITH_COURSE_CODE = "+course"
 """The suffix of a probe id that runs with the course's stand-ins in place of earlier answers."""
+TIMED_REFERENCE = ""
+"""Where :func:`_course_code` is asked for the course's code that makes the timed checks' calls
+(no grade_id is empty)."""
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Assignment:
     stand_ins: dict[str, list[str]] = field(default_factory=dict)  # probe id -> names the course's code replaces
     course_code: dict[str, dict] = field(default_factory=dict)  # grade_id -> its late run's course code (CourseCode)
     texts: dict[str, str] = field(default_factory=dict)  # the checks file's own TEXTS (its judges' templates)
+    reference_code: dict = field(default_factory=dict)  # the course's code that makes the timed checks' calls
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -68,10 +72,12 @@ class Assignment:
                     prepared[pid + WITH_COURSE_CODE], probe_item[pid + WITH_COURSE_CODE] = prepared[pid], item.grade_id
                     stand_ins[pid + WITH_COURSE_CODE] = names
         late = {probe_item[pid]: names for pid, names in stand_ins.items()}
-        code = _course_code(course, name, late, {n for names in defined.values() for n in names})
+        timed = sorted({prep.clocked.stands_in for prep in prepared.values() if prep.clocked is not None})
+        code = _course_code(course, name, {**late, **({TIMED_REFERENCE: timed} if timed else {})},
+                            {n for names in defined.values() for n in names})
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
                    {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins, code,
-                   getattr(module, "TEXTS", {}))
+                   getattr(module, "TEXTS", {}), code.pop(TIMED_REFERENCE, {}))
 
 
 def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dict[str, list[str]]:

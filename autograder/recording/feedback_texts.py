@@ -22,7 +22,7 @@ import torch
 from autograder.reading import messages
 from autograder.reading.results import STATUSES
 from autograder.reading.syntax import syntax_error
-from transformer_lm import checks, decoder_judges, gpt_judges, judging, tiled_judges
+from transformer_lm import checks, decoder_judges, gpt_judges, judging, tiled_judges, timed_judges
 
 NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?|inf|nan)"
 NUMBERS = rf"\[(?:\.\.\., )?(?:(?:{NUMBER}|True|False)(?:, (?:{NUMBER}|True|False))*)?(?:, \.\.\.)?\]"
@@ -37,7 +37,8 @@ TEMPLATES = (
     *messages.OUTCOME.values(), *messages.DEATHS, *messages.PROBES, messages.PROBE_FALLBACK, *messages.HIDDEN.values(),
     *messages.STATUS_SENTENCES.values(), messages.ON_COURSE_CODE, *messages.ERRORS.values(), messages.IN_ANSWER_CELL,
     messages.BEFORE_RUN, *STATUSES,
-    *(text for module in (judging, decoder_judges, gpt_judges, tiled_judges, checks) for text in module.TEXTS.values()),
+    *(text for module in (judging, decoder_judges, gpt_judges, tiled_judges, timed_judges, checks)
+      for text in module.TEXTS.values()),
 )
 """Every template a feedback text is made of, but for a checks file's own."""
 

@@ -4,8 +4,8 @@ The server writes a run's journal (:mod:`autograder.running.harness.serve`), but
 the run's process, where student code runs too and could write events of its own. So the journal
 is read as a claim, checked step by step against the plan: the cells and probes must start and
 end in the plan's order, each once, with nothing else between them but the notes of what a probe
-ran. A journal that breaks the order, a ``garbled`` note from the server or a ``tampered`` note
-from the run's guard makes the step it happened in ``tampered``.
+ran and of the windows the server timed in it. A journal that breaks the order, a ``garbled`` note
+from the server or a ``tampered`` note from the run's guard makes the step it happened in ``tampered``.
 
 A run counts only when it finished cleanly (``done``, exit status 0, nothing tampered). A run
 that died could have written the end of a step that never ended, so nothing it reported is kept,
@@ -25,8 +25,8 @@ MAX_STACKS = 20
 """Distinct cell stacks kept per name a probe ran: enough to tell who called it."""
 COURSE_CODE = -1
 """What a note records for a frame of the course's code (its cell is the course's)."""
-EVENTS = frozenset({"ready", "cell_start", "cell_end", "probe_start", "probe_end", "ran", "refused", "tampered",
-                    "garbled", "done"})
+EVENTS = frozenset({"ready", "cell_start", "cell_end", "probe_start", "probe_end", "ran", "clock", "clocked",
+                    "refused", "tampered", "garbled", "done"})
 """The events the harness and the server write: any other name in a journal is the run's own, and
 no text is made of it (a name is the run's to choose, and could carry a hidden input out)."""
 
@@ -148,6 +148,8 @@ def read(events: list[dict], plan: dict) -> Reading:
         _, end, key = kinds[step[0]]
         if name == "ran" and step[0] == "probe":
             _note(reading.ran.setdefault(step[1], {}), event, counts)
+        elif name in ("clock", "clocked") and step[0] == "probe" and event.get("probe") == step[1]:
+            continue   # the server times the window (harness.clock) and keeps its own figures
         elif name == end and event.get(key) == step[1]:
             reading.ended.append((step, event))
             reading.open_step = None

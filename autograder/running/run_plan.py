@@ -32,6 +32,8 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
     Each answer cell is followed by the probes that check it. A cell that does not run (a test
     cell, a demonstration) keeps its place, with no source, when probes follow it. Probes with
     ``stand_ins`` come after the last cell, in ``late``, and in ``stages`` by their course's code.
+    A timed probe's inputs are not among the hidden inputs: the server hands them over window by
+    window (:mod:`autograder.running.clocked`).
     """
     cells = pre.code_cells
     stand_ins, course_code = stand_ins or {}, course_code or {}
@@ -57,6 +59,9 @@ def plan_of(pre: Preflight, prepared: dict[str, Prepared], probe_cells: dict[str
             plan["calls"][pid]["untraced"] = True
         if pid in stand_ins:
             plan["calls"][pid]["stand_ins"] = stand_ins[pid]
+        if prep.clocked is not None:  # timed by the server: its inputs reach the run only in its windows
+            plan["calls"][pid].update(untraced=True, windows=prep.clocked.windows)
+            continue
         first = first_of.setdefault(id(prep), pid)
         if first != pid:  # the same check made again (with stand-ins): its tensors travel once
             plan["calls"][pid]["tensors_of"] = first

@@ -24,11 +24,11 @@ from safetensors.torch import save_file
 
 import transformer_lm
 from transformer_lm import forbidding
-from autograder.running import journal, kept_blocks, sandbox
+from autograder.running import clocked, journal, kept_blocks, sandbox
 from autograder.reading.preflight import Preflight
 from autograder.running.run_plan import plan_of
 from autograder.reading.messages import BEFORE_RUN, DEATH, ERRORS, IN_ANSWER_CELL, own_line, render
-from autograder.running.run_reply import ending, exit_code, load_record, probe_message
+from autograder.running.run_reply import ending, exit_code, probe_message
 from transformer_lm.judging import is_builtin_exception
 from transformer_lm.prepared import Prepared
 
@@ -299,6 +299,7 @@ class Attempts:
         self.worker, self.prepared, self.course_code = worker, prepared, course_code
         self.cells = pre.code_cells
         self.plan, self.tensors = plan_of(pre, prepared, probe_cells, stand_ins, course_code)
+        self.timed = clocked.write_inputs(worker, prepared)
         self.owner = {pid: probe_cells[pid] for pid in prepared}
         self.result = RunResult()
 
@@ -325,7 +326,8 @@ class Attempts:
         skip = set(self.plan["skip_probes"])
         own = [pid for cell in self.plan["cells"] for pid in cell["probes"] if pid not in skip]
         return {"own": own, "stages": [{"pids": [pid for pid in stage if pid not in skip],
-                                        "code": self.course_code[stage[0]]} for stage in self.plan["stages"]]}
+                                        "code": self.course_code[stage[0]]} for stage in self.plan["stages"]],
+                "clocked": {pid: files for pid, files in self.timed.items() if pid not in skip}}
 
     def record(self, reading: journal.Reading, read: Callable[[str], bytes]) -> None:
         """Takes the cells' errors and the probes' outcomes (and records) from a run that finished."""
@@ -342,7 +344,7 @@ class Attempts:
                     outcome.absent_from = tuple(reading.counts[c] for c in event["cells"][:64]
                                                 if isinstance(c, int) and c in reading.counts)
             elif event.get("saved"):
-                record, problem = load_record(read(f"{MOUNTS['out']}/{ident}.safetensors"))
+                record, problem = clocked.saved_record(ident, self.timed, lambda name: read(f"{MOUNTS['out']}/{name}"))
                 outcome = ProbeOutcome("ok", record=record) if record is not None else ProbeOutcome("error", problem)
             else:
                 outcome = ProbeOutcome("ok", value=event.get("value"))

@@ -328,12 +328,14 @@ class CappedCheck:
 
 @dataclass(frozen=True)
 class SkippedTilesCheck:
-    """Under the causal mask, ``object`` leaves alone the key blocks wholly in a query block's
-    future, judged by its values alone: one key block (drawn from the secret, never the first) is
-    filled with NaN in k and v. The query blocks before it never see those keys, so their rows must
-    come out equal to exact attention on the keys before it; a call that computes that block for
-    them and masks it makes them NaN, since a zero weight times NaN is NaN. With ``backward``,
-    ``object`` is the autograd Function and the rows of q's gradient are judged so."""
+    """A visible check: under the causal mask, ``object`` leaves alone the key blocks wholly in a
+    query block's future, seen in its values: one key block (never the first) is filled with NaN in
+    k and v. The query blocks before it never see those keys, so their rows must come out equal to
+    exact attention on the keys before it; a call that computes that block for them and masks it
+    makes them NaN, since a zero weight times NaN is NaN. A call that refuses NaN is told so and not
+    judged, and one made safe against NaN passes it: the grader judges the work by CPU time
+    (:mod:`transformer_lm.instructor.timed_kinds`). With ``backward``, ``object`` is the autograd
+    Function and the rows of q's gradient are judged so."""
 
     object: str
     case: TileCase
@@ -361,4 +363,4 @@ class SkippedTilesCheck:
                     for m in catalog.tiling_mistakes("causal")}
         judge = PrefixJudge(f"{case.call(what)}, with keys {start} to {start + case.block_k - 1} made NaN", start,
                             expected, candidates)
-        return Prepared(untraced_call(self.object, tensors, case, self.backward), judge)
+        return Prepared(untraced_call(self.object, tensors, case, self.backward), judge, refused=TEXTS["refuses_nan"])

@@ -29,6 +29,7 @@ BACKWARD_MASK = 'scores = scores.masked_fill(cols > rows, float("-inf"))        
 D_SCORES = "d_scores = weights * (d_weights - D_tile)"
 DK = "dk[..., k_start:k_stop, :] += d_scores.transpose(-2, -1) @ q_tile * scale"
 SAVE = "ctx.save_for_backward(q, k, v, out, lse)"
+SHAPES = "    *batch, T_q, d = q.shape\n"
 FULL_ROW_MAX = """row = q_tile @ k.transpose(-2, -1) * scale                          # (B, H, bq, T_k)
             if causal:
                 row = row.masked_fill(torch.arange(T_k) > torch.arange(q_start, q_stop).unsqueeze(-1), float("-inf"))
@@ -211,6 +212,8 @@ def alternatives(answer):
         "mask with where, on every tile": answer(FF, (MASK_IF, "if causal:"),
                                                  (MASK_FILL, 'scores = torch.where(cols > rows, float("-inf"), scores)'
                                                              "\n            new_max")),
+        "refuses non-finite inputs": answer(FF, (SHAPES, "    if not all(bool(torch.isfinite(t).all()) for t in (q, k, v)):\n"
+                                                 '        raise ValueError("q, k and v must be finite")\n' + SHAPES)),
     }
     by_item = {
         "online_softmax": {
@@ -232,7 +235,8 @@ def alternatives(answer):
         "flash_memory": {label: forward[label] for label in ("einsum", "two passes", "merge_stats, float64, tril mask, "
                                                                                       "while loop")},
         "causal_skipping": {label: forward[label] for label in ("two passes", "mask with where, on every tile",
-                                                                "merge_stats, float64, tril mask, while loop")},
+                                                                "merge_stats, float64, tril mask, while loop",
+                                                                "refuses non-finite inputs")},
         "flash_backward": {
             "einsum": answer(FB, (BACKWARD_SCORES, 'scores = torch.einsum("bhqd,bhkd->bhqk", q_tile, k_tile) * scale')),
             "D from the output per tile": answer(FB, ("D = (grad_out * out).sum(dim=-1)", "D = None"),
@@ -252,7 +256,13 @@ def alternatives(answer):
     return {item: list(labelled.items()) for item, labelled in by_item.items()}
 
 
-KNOWN_GAPS = {}
+KNOWN_GAPS = {
+    ("causal_skipping", "causal_skip_one_extra_block"):
+        "Work is judged by CPU time, and one key block too many per query block is 43 tiles of 64 against 36 at "
+        "the timed size: its ratio measured 1.09 to 1.24 times the course's, among the honest answers' (up to "
+        "1.32; benchmarks/skipping_calibration.py), so no limit between them would hold. The trace still names "
+        "it when the item fails for another reason; a trace only explains.",
+}
 
 
 def library(answer):

@@ -281,6 +281,11 @@ class Watch:
                 pids.append(int(name))
         return pids
 
+    def run_pid(self) -> int | None:
+        """The run's process, or None when the run is not one process (a run starts none)."""
+        pids = self._pids()
+        return pids[0] if len(pids) == 1 else None
+
     def check(self) -> None:
         """Stops the run when its processes hold more anonymous memory than ``memory_bytes``
         together; pauses them for a while when they used more than :data:`CORES_PER_RUN` cores

@@ -40,15 +40,21 @@ def senders(fd: int):
     step it was in). What they use is bound in their defaults, which no code may replace."""
     stat = os.fstat(fd)
 
-    def write(kind: bytes, payload: bytes, _fd=fd, _identity=(stat.st_dev, stat.st_ino), _fstat=os.fstat,
-              _write=os.write, _pack=HEADER.pack, _exit=os._exit) -> None:
+    def write(kind: bytes, *parts: bytes, _fd=fd, _identity=(stat.st_dev, stat.st_ino), _fstat=os.fstat,
+              _writev=os.writev, _pack=HEADER.pack, _exit=os._exit) -> None:
+        """One frame of ``parts`` one after the other, written without joining them (a record of
+        megabytes is not copied again)."""
         try:
             now = _fstat(_fd)
             if (now.st_dev, now.st_ino) != _identity:
                 _exit(RUN_LOST_ITS_REPORT)
-            data = memoryview(_pack(kind, len(payload)) + payload)
-            while data:
-                data = data[_write(_fd, data):]
+            views = [memoryview(part) for part in (_pack(kind, sum(len(part) for part in parts)), *parts)]
+            while views:
+                written = _writev(_fd, views)
+                while views and written >= len(views[0]):
+                    written -= len(views.pop(0))
+                if views:
+                    views[0] = views[0][written:]
         except OSError:
             _exit(RUN_LOST_ITS_REPORT)
 
@@ -57,7 +63,7 @@ def senders(fd: int):
 
     def send_file(name: str, data: bytes, /, _write=write, _pack=struct.pack) -> None:
         encoded = name.encode()
-        _write(FILE, _pack(">H", len(encoded)) + encoded + data)
+        _write(FILE, _pack(">H", len(encoded)), encoded, data)
 
     return send, send_file
 
@@ -73,19 +79,31 @@ def frame(value) -> bytes:
     return HEADER.pack(EVENT, len(payload)) + payload
 
 
-def receive(fd: int):
-    """Reads one frame made by :func:`frame`; waits for it."""
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = os.read(fd, count - len(data))
-            if not chunk:
-                raise EOFError("the server sent no more")
-            data += chunk
-        return data
+def raw_frame(data: bytes) -> bytes:
+    """``data`` as one frame of bytes (a timed window's inputs, :mod:`harness.clock`), which
+    :func:`receive` returns as they are."""
+    return HEADER.pack(FILE, len(data)) + data
 
-    _, length = HEADER.unpack(exactly(HEADER.size))
-    return json.loads(exactly(length))
+
+def receive(fd: int, into: bytearray | None = None):
+    """Reads one frame made by :func:`frame` (its value) or :func:`raw_frame` (its bytes); waits for
+    it. The bytes go into ``into`` when it is large enough (then a view of its start is returned):
+    a timed window's inputs land in memory the run has already touched, so the window does not pay
+    the kernel for fresh pages, a cost that depends on the machine's load and not on the answer."""
+    def filled(view: memoryview) -> memoryview:
+        got = 0
+        while got < len(view):
+            read = os.readv(fd, [view[got:]])
+            if not read:
+                raise EOFError("the server sent no more")
+            got += read
+        return view
+
+    kind, length = HEADER.unpack(filled(memoryview(bytearray(HEADER.size))))
+    if kind != FILE:
+        return json.loads(bytes(filled(memoryview(bytearray(length)))))
+    buffer = into if into is not None and len(into) >= length else bytearray(length)
+    return filled(memoryview(buffer)[:length])
 
 
 class Collector:
@@ -97,6 +115,11 @@ class Collector:
         self._buffer = bytearray()
         self._files: set[str] = set()
         self.broken = False
+
+    @property
+    def written(self) -> set[str]:
+        """The files the run has reported so far."""
+        return self._files
 
     def read(self) -> bool:
         """Reads what is there (the pipe is non-blocking); False at its end."""

@@ -40,7 +40,7 @@ import transformer_lm
 from transformer_lm.sandboxed import call_trace, memory_cap, probes, tensor_trace, wire
 from transformer_lm.sandboxed.student_objects import ProbeError, builtin_exception
 
-from . import absence, guard, refusals, report, traces, type_objects
+from . import absence, clock, guard, refusals, report, traces, type_objects
 
 MAX_MESSAGE = 2000
 MAX_VALUE = 20000
@@ -121,15 +121,25 @@ class CourseCode:
 def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standing_in=None) -> None:
     """Runs the planned call ``pid`` (its plan as JSON text: a fresh copy for each call) on the
     student's objects under the trace, and reports its record, value or error. ``io`` is the
-    run's ``(send, send_file, checked, trace)``: ``checked()`` ends the run if anything the
+    run's ``(send, send_file, checked, trace, receive)``: ``checked()`` ends the run if anything the
     grader calls has changed since the run began: before the call, after it, and once its end is
-    reported (what the student's code left to run later is caught then)."""
-    send, send_file, checked, trace = io
+    reported (what the student's code left to run later is caught then). A call with ``windows``
+    is made once per window, each timed by the server (:mod:`harness.clock`), on inputs the server
+    hands it then."""
+    send, send_file, checked, trace, receive = io
     checked()
     send("probe_start", probe=pid)
     try:
         call = json.loads(call_text)
         owner = call.get("tensors_of", pid)
+        if "windows" in call:
+            with standing_in or contextlib.nullcontext():
+                clock.clocked_call(pid, call, lambda kwargs, tensors: window_record(call, kwargs, tensors, namespace),
+                                   (send, send_file, receive, as_safetensors))
+            checked()
+            send("probe_end", probe=pid, saved=True)
+            checked()
+            return
         own = {name: tensors[wire.tensor_key(owner, name)] for name in call["tensor_keys"]}
         modes = (contextlib.nullcontext, contextlib.nullcontext) if call.get("untraced") else trace
         with standing_in or contextlib.nullcontext(), modes[0](), modes[1]():
@@ -146,6 +156,16 @@ def probe(pid: str, call_text: str, tensors, namespace: dict, io: tuple, standin
         send("probe_end", probe=pid, **{"kind": "todo" if isinstance(error, NotImplementedError) else "error",
                                         **describe(error)})
     checked()
+
+
+def window_record(call: dict, kwargs: dict, tensors: dict, namespace: dict) -> dict:
+    """The record of one timed window of ``call`` on ``tensors``, its keyword arguments those of the
+    call updated with the window's."""
+    arguments = {**call["arguments"], "call_kwargs": {**call["arguments"].get("call_kwargs", {}), **kwargs}}
+    record = wire.as_record(wire.call_probe({**call, "arguments": arguments}, namespace, tensors))
+    if record is None:
+        raise ProbeError("A timed call returned no tensors.")
+    return record
 
 
 def as_safetensors(record: dict, _spec=TensorSpec, _serialize=serialize, _bytes=bytes) -> bytes:
@@ -205,7 +225,7 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     shell = _shell()
     trace = traces.trace_classes(send, frozenset(name for names in plan["watch"].values() for name in names))
     tensor_trace.TRACE_FACTORY = traces.sealed_traces()
-    io = (send, send_file, guard.checker(send, guard.snapshot()), trace)
+    io = (send, send_file, guard.checker(send, guard.snapshot()), trace, lambda into: report.receive(course_fd, into))
     if plan.get("memory_cap"):
         memory_cap.cap(plan["memory_cap"])   # first: it sets the allocator through ctypes
     type_objects.disarm_ctypes()

@@ -35,7 +35,7 @@ import signal
 import sys
 import time
 
-from . import isolate, report, run
+from . import clock, isolate, report, run
 
 PR_SET_DUMPABLE = 4
 KEYCTL_CLEAR = 7
@@ -134,17 +134,19 @@ class Gate:
         with open(path) as f:
             data = json.load(f)
         self.fd, self.stages, self.waiting = fd, data["stages"], set(data["own"])
+        self.clocked: dict[str, list[str]] = data.get("clocked", {})
+        """The timed probes and the file of each of their windows' inputs (:mod:`harness.clock`)."""
         self.open_probe, self.ended, self.shut = None, set(), False
-        self.pending = bytearray()
-        """Released course code that the pipe has not taken yet: the server never waits for the run
-        to read, and never sizes the pipe (the kernel's per-user quota on pipe sizes, which any
-        process of the same uid can exhaust, could refuse that)."""
+        self.pending: list[memoryview] = []
+        """Released course code (and timed windows' inputs) that the pipe has not taken yet: the
+        server never waits for the run to read, and never sizes the pipe (the kernel's per-user quota
+        on pipe sizes, which any process of the same uid can exhaust, could refuse that)."""
         os.set_blocking(fd, False)
         self._release()
 
     def seen(self, event: dict) -> None:
         name, pid = event["event"], event.get("probe")
-        if self.shut or name in ("ready", "ran", "refused"):
+        if self.shut or name in ("ready", "ran", "refused", "clock", "clocked"):
             return
         if name == "probe_start" and self.open_probe is None and isinstance(pid, str) and pid not in self.ended:
             self.open_probe = pid
@@ -158,19 +160,30 @@ class Gate:
     def _release(self) -> None:
         while self.waiting <= self.ended and self.stages:
             stage = self.stages.pop(0)
-            self.pending += report.frame(stage["code"])
+            self.pending.append(memoryview(report.frame(stage["code"])))
             self.waiting = set(stage["pids"])
         self.flush()
 
+    def send(self, data: bytes) -> None:
+        """Sends the run ``data`` after what it has not taken yet."""
+        self.pending.append(memoryview(data))
+        self.flush()
+
     def flush(self) -> None:
-        """Writes as much of :attr:`pending` as the pipe takes now; drops it once the run is gone."""
-        try:
-            written = os.write(self.fd, self.pending) if self.pending else 0
-        except BlockingIOError:
-            return
-        except BrokenPipeError:
-            written = len(self.pending)
-        del self.pending[:written]
+        """Writes as much of :attr:`pending` as the pipe takes now, never copying what still waits (a
+        timed window's inputs are megabytes); drops it once the run is gone."""
+        while self.pending:
+            try:
+                written = os.write(self.fd, self.pending[0])
+            except BlockingIOError:
+                return
+            except BrokenPipeError:
+                self.pending.clear()
+                return
+            if written < len(self.pending[0]):
+                self.pending[0] = self.pending[0][written:]
+                return
+            self.pending.pop(0)
 
 
 def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolated: bool, state: isolate.State,
@@ -186,11 +199,15 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     course_r, course_w = os.pipe()
     output_r, output_w = os.pipe()   # the run's own stdout and stderr, passed on by the server
     gate = Gate(os.path.join(course_dir, "stages.json"), course_w)
+    timed: list[clock.Clock] = []   # made once the run has started: it reads the run's clock
+    collector = None
 
     def journal(event: dict) -> None:
         line = json.dumps({**event, "time": time.time()}, default=str) + "\n"
         os.write(journal_fd, line.encode("utf-8", "replace"))
         gate.seen(event)
+        for found in timed:
+            found.seen(event, gate.open_probe, collector.written)
 
     journal({"event": "ready", "run": token})
     start = isolate.start_run if isolated else isolate.start_plain_run
@@ -201,7 +218,13 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     os.set_blocking(report_r, False)
     os.set_blocking(output_r, False)
     watch = isolate.Watch(memory_bytes, helper) if isolated else None
-    helper_status = _follow(helper, report.Collector(report_r, out_dir, journal), gate, output_r, watch)
+    collector = report.Collector(report_r, out_dir, journal)
+    if gate.clocked:
+        timed.append(clock.Clock(os.path.join(course_dir, "clocked"), gate.clocked, gate.send,
+                                 watch.run_pid if watch is not None else lambda: helper))
+    helper_status = _follow(helper, collector, gate, output_r, watch)
+    for found in timed:
+        found.write(out_dir)
     data = os.read(status_r, 64) if isolated else str(helper_status).encode()
     for fd in (report_r, status_r, course_w, journal_fd, output_r):
         os.close(fd)

@@ -1,0 +1,97 @@
+"""Judges of the work a tiled attention does under the causal mask, from the CPU time the kernel
+counted for each of its calls, read by the grader's server from outside the run
+(:mod:`autograder.running.harness.clock`).
+
+Why time, and why this ratio. Skipping the key blocks wholly in a query block's future is work
+not done; no value shows it, and a trace of what ran is the run's own word. The kernel's count of
+CPU time shows it: a causal call that skips spends about the share of the tiles it visits of what
+the same answer spends without the mask, one that computes every tile and masks it (whatever
+makes it safe against NaN) spends all of it or more. That ratio does not depend on how fast the
+answer's code is, nor on the precision it computes in, nor on what else it does once per call
+(checking its inputs). What a skipping call's ratio comes to on a machine (the mask inside the
+diagonal tiles, the cost of handing a window its inputs) is learnt from the course's code on the
+same inputs in the same sandbox, and the answer's may be at most :data:`OWN_FACTOR` times that.
+
+The course's figure is not a bound on the answer's own time: an honest answer may do twice the
+course's work (two passes over the tiles, or its tiles in float64) while skipping rightly, which
+costs as much as computing every tile once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from transformer_lm import catalog
+from transformer_lm.judging import Computed, Verdict
+from transformer_lm.verdict_texts import render
+
+OWN_FACTOR = 1.35
+"""How many times the course's ratio (its causal call's CPU time over its call without the mask)
+an answer's may be. At the timed sizes (eight blocks of each: 36 of 64 tiles) the course's ratio
+came to 0.62 to 0.69; over four sessions on a shared two-core machine, loaded or not and beside a
+spinning process or not, the honest answers of the corpus reached at most 1.32 times it, those
+that compute every tile under the mask at least 1.42 times it (``benchmarks/skipping_calibration.py``;
+docs/grading.md gives the figures, and how thin the margins are)."""
+
+TEXTS = {
+    "unclocked": "{call:call}: the grader could not time the call (a window of it ended out of order), so it "
+                 "cannot tell which tiles it computed.",
+    "skip_passed": "Correct: with causal=True the call took {own:number} of the CPU time it takes without the "
+                   "mask; the course's code takes {course:number} on the same inputs.",
+    "skip_more": "{call:call} took {own:number} of the CPU time with causal=True that it takes without the mask, "
+                 "where the course's code takes {course:number} on the same inputs. Skipping every key block that "
+                 "starts at or after the end of its query block leaves {share:number} of the tiles to compute: a "
+                 "call that computes the others and masks them (or makes them safe against NaN) does the work it "
+                 "should skip.",
+}
+"""What the judges of this module say (:mod:`transformer_lm.verdict_texts`)."""
+
+
+@dataclass
+class SkipTimeJudge:
+    """A tiled call (``call``) timed window by window. Its windows with the mask (``causal``) must
+    give the values ``values`` judges (it makes a :class:`~transformer_lm.judging.RecordJudge` for
+    each, naming a catalogued mistake, when first asked: exact values at this size take the grader
+    a second to make); the fastest of them, over the fastest window without the mask (``full``), may
+    be at most :data:`OWN_FACTOR` times the course's ratio on the same inputs (``reference.own``).
+    ``share``: the share of the tiles a causal call visits."""
+
+    call: str
+    causal: list[int]
+    full: list[int]
+    values: Computed
+    share: float
+
+    def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
+        for window, judge in self.values().items():
+            verdict = judge(self.window(record, window), value, values)
+            if not verdict.passed:
+                return verdict
+        found = self.figures(record)
+        if found is None:
+            return Verdict("failed", render(TEXTS["unclocked"], call=self.call))
+        own, course = found
+        figures = dict(own=f"{own:.0%}", course=f"{course:.0%}")
+        if own <= OWN_FACTOR * course:
+            return Verdict("passed", render(TEXTS["skip_passed"], **figures))
+        return Verdict("failed", render(TEXTS["skip_more"], call=self.call, share=f"{self.share:.0%}", **figures),
+                       catalog.BY_NAME["future_blocks_computed"])
+
+    @staticmethod
+    def window(record: dict[str, torch.Tensor], window: int) -> dict[str, torch.Tensor]:
+        """One window's record, its names without the window's prefix."""
+        return {name.split(".", 1)[1]: t for name, t in record.items() if name.startswith(f"w{window}.")}
+
+    def figures(self, record: dict[str, torch.Tensor]) -> tuple[float, float] | None:
+        """The fastest causal window's CPU time over the fastest window without the mask, and the
+        course's ratio; None when a window counted for nothing."""
+        seconds = {window: float(record[f"clock.w{window}"]) for window in self.causal + self.full}
+        if any(math.isnan(s) for s in seconds.values()):
+            return None
+        course = float(record["reference.own"])
+        if not course > 0:
+            raise ValueError("the course's code was not timed in this sandbox")
+        return min(seconds[w] for w in self.causal) / min(seconds[w] for w in self.full), course
