@@ -34,6 +34,7 @@ import browser_tools
 import hub_tools
 import notebook_tools as tools
 from autograder.running import sandbox
+from autograder.reading import messages
 from autograder.reading.cells import grade_id
 from autograder.recording.record import nbgrader_env
 from autograder.service.roster import FRESH_SECONDS
@@ -696,7 +697,7 @@ def test_a_run_killed_by_a_signal_python_does_not_name_is_answered_in_one_try_wi
     view = answered(hub, token, sent["id"])
     item = next(i for i in view["items"] if i["grade_id"] == "kv_cache_bytes")
     assert (view["state"], item["status"]) == ("done", "killed"), view
-    assert item["message"] == "Your answer cell: The process was killed (signal 40).", item
+    assert item["message"] == "Your answer cell: " + messages.DEATH["killed"], item
     assert next(r for r in rows(hub) if r["id"] == sent["id"])["attempts"] == 1
 
 

@@ -31,7 +31,7 @@ def test_texts_of_the_catalogue_are_kept():
                             ("failed", "Not written yet: the answer still raises NotImplementedError."),
                             ("failed", STAND_INS + "Not written yet: the answer still raises NotImplementedError."),
                             ("timeout", "It ran for more than 30 s and was stopped (an endless loop, or far too slow)."),
-                            ("killed", "Your answer cell: The process was killed (signal 40)."),
+                            ("killed", "Your answer cell: The process was killed by a signal (out of memory, or a signal sent to it)."),
                             ("tampered", "The grader stopped the run: the run's own code tried to change how it is "
                                          "checked."),
                             ("forbidden", "While it was checked, the answer ran softmax, the library version of what "

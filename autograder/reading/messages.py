@@ -7,7 +7,6 @@ result's text reaches a student only when it is one of these templates, its slot
 values of their kind, checked here, on the trusted side:
 
 * ``number``: a number, as the grader writes it (``12``, ``0.5``, ``4``);
-* ``signal``: a signal's name (``SIGSEGV``, one of Python's ``signal.Signals``) or number;
 * ``names``: names of the course's own (items, answers, the library calls an item forbids), one
   or several (``a, b and c``, ``a or b``), each in the set the caller gives;
 * ``item``: one of those names alone;
@@ -28,7 +27,6 @@ from __future__ import annotations
 import builtins
 import functools
 import re
-import signal
 from collections.abc import Iterable
 
 from autograder.reading.results import NOT_WRITTEN
@@ -39,7 +37,6 @@ from transformer_lm.verdict_texts import SLOT, render  # noqa: F401 - the grader
 from transformer_lm.sandboxed.student_objects import KINDS
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
-SIGNAL = "|".join(sorted((sig.name for sig in signal.Signals), key=len, reverse=True)) + r"|\d{1,3}"
 
 SHAPE = r"\((?:\d+,|\d+(?:, \d+)+)?\)"
 TYPES = "|".join(sorted((re.escape(kind) for kind in KINDS), key=len, reverse=True))
@@ -58,15 +55,15 @@ DEATH = {
     "too_long": "It ran for more than {seconds:number} s and was stopped (an endless loop, or far too slow).",
     "memory": "Its processes held more than {gib:number} GiB of memory together, and it was stopped.",
     "lost": "The process was killed, and the grading process with it.",
-    "SIGSEGV": "The process was killed (a segmentation fault).",
-    "SIGKILL": "The process was killed (out of memory or killed).",
-    "SIGABRT": "The process was killed (an abort).",
-    "signal": "The process was killed (signal {name:signal}).",
-    "exited": "The process exited (code {code:number}) before finishing, e.g. by os._exit or sys.exit.",
+    "crashed": "The process crashed (a fault in native code, such as a segmentation fault or an abort).",
+    "killed": "The process was killed by a signal (out of memory, or a signal sent to it).",
+    "exited": "The process exited before finishing, e.g. by os._exit or sys.exit.",
     "out_of_time": "The notebook used up its total time before this check ran.",
 }
 DEATHS = tuple(DEATH.values())
-"""How a run that did not finish ended (:func:`autograder.running.run_reply.death`,
+"""How a run that did not finish ended, in fixed words: the signal that ended it and its exit code
+are the run's to choose (``os.kill(os.getpid(), 34 + T % 30)`` would show a hidden size), so neither
+is ever told (:func:`autograder.running.run_reply.death`,
 :mod:`autograder.running.runner`)."""
 
 TAMPERING = (
@@ -178,7 +175,7 @@ def slot_kinds(names: Iterable[str]) -> dict[str, str]:
     """What a slot of each kind may hold, as a pattern, with ``names`` the names allowed."""
     names = _names(names)
     mistakes = "|".join(sorted((re.escape(m.title) for m in catalog.BY_NAME.values()), key=len, reverse=True))
-    return {"number": NUMBER, "signal": SIGNAL, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
+    return {"number": NUMBER, "names": names, "item": names, "mistake": mistakes, "shape": SHAPE,
             "type": TYPES, "exception": EXCEPTIONS, "reason": "|".join(re.escape(why) for why in TAMPERING)}
 
 

@@ -126,10 +126,7 @@ def read(events: list[dict], plan: dict) -> Reading:
             reading.guard = name == "tampered"
             return reading
         if name == "refused":
-            if len(reading.refused) < MAX_REFUSED:
-                what = event.get("what")
-                reading.refused.append(what if isinstance(what, str) and what in REFUSED else "an operation a grading run "
-                                       "may not make")
+            _note_refused(reading, event.get("what"))
             continue
         step = reading.open_step
         if step is None:
@@ -157,6 +154,13 @@ def read(events: list[dict], plan: dict) -> Reading:
             reading.tampered = f"the run reported {_named(name)} while {step[0]} {step[1]} ran"
             return reading
     return reading
+
+
+def _note_refused(reading: Reading, what) -> None:
+    """Keeps what a run was refused, named only when it is one of the grader's own names."""
+    if len(reading.refused) < MAX_REFUSED:
+        reading.refused.append(what if isinstance(what, str) and what in REFUSED else
+                               "an operation a grading run may not make")
 
 
 def _named(name: str) -> str:

@@ -17,7 +17,9 @@ from autograder.running.harness.report import RUN_LOST_ITS_REPORT
 from autograder.reading.messages import DEATH, ERRORS, OUTCOME, TAMPERING, render
 
 MAX_RECORD_BYTES = 16 * 2**20
-SIGNAL_NAMES = {sig.value: sig.name for sig in signal.Signals}
+CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT, signal.SIGSYS,
+                     signal.SIGTRAP})
+"""The signals of a fault in the process's own code (the kernel's, or an abort): told as a crash."""
 
 
 def probe_message(error: str, calls: dict) -> str:
@@ -54,10 +56,9 @@ def death(reply: sandbox.Reply, watchdog_fired: bool, cell_seconds: float, memor
     code = exit_code(reply)
     if code is None:
         return "killed", DEATH["lost"]
-    if code < 0:
-        name = SIGNAL_NAMES.get(-code, str(-code))  # a real-time signal (34 to 64) has no name of its own
-        return "killed", DEATH.get(name) or render(DEATH["signal"], name=name)
-    return "error", render(DEATH["exited"], code=code)
+    if code < 0:  # which signal, or which exit code, is the run's choice: only the kind of ending is told
+        return "killed", DEATH["crashed"] if -code in CRASHES else DEATH["killed"]
+    return "error", DEATH["exited"]
 
 
 def exit_code(reply: sandbox.Reply) -> int | None:

@@ -258,10 +258,10 @@ def _keep_only(keep: tuple[int, ...]) -> None:
 class Watch:
     """The memory and CPU of a run's processes, seen from the server (their ``/proc`` entries in
     the sandbox's pid namespace, which the run itself cannot see): all processes but the sandbox's
-    init, the server and the run's two helpers."""
+    init, the server, the ``template`` runs are forked from and the run's two helpers."""
 
-    def __init__(self, memory_bytes: int, helper: int):
-        self.memory_bytes, self.helper = memory_bytes, helper
+    def __init__(self, memory_bytes: int, helper: int, template: int):
+        self.memory_bytes, self.helper, self.template = memory_bytes, helper, template
         self.exceeded = False
         self._ticks = os.sysconf("SC_CLK_TCK")
         self._last: tuple[float, float] | None = None
@@ -270,7 +270,7 @@ class Watch:
     def _pids(self) -> list[int]:
         pids = []
         for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in (1, self._me, self.helper):
+            if not name.isdigit() or int(name) in (1, self._me, self.template, self.helper):
                 continue
             try:
                 with open(f"/proc/{name}/stat") as f:

@@ -11,9 +11,12 @@ answers with the run's wait status, ``more`` or ``last``, and ``memory`` when it
 for holding too much. Starting Python and importing torch is most of the cost of grading a
 submission, and this pays it once per sandbox instead of once per submission.
 
-The server never reads a plan or runs student code, so a run holds nothing of another
-submission; it cannot be traced or read (it is not dumpable), and no run can name it (it is not
-in the runs' pid namespace). The token of a run stays here: the journal's first line, which names
+Every run is forked from a template (:mod:`harness.template`), made once the server has warmed
+up and before it reads any request: the template never holds a plan, the course's code, a record,
+a report or a run's output, so a run starts with nothing of another submission and nothing of the
+course's code but what its pipe hands it when released. The server never reads a plan or runs
+student code; neither it nor the template can be traced or read (they are not dumpable), and no
+run can name them (they are not in the runs' pid namespace). The token of a run stays here: the journal's first line, which names
 the run, is the server's. Before each run it empties its own folders named by ``--wipe``. With
 ``--isolated``, each run gets an empty tmpfs of its own at each ``--scratch`` folder, bounded in
 size and in files, which dies with the run (:class:`harness.isolate.Scratch`): nothing a run wrote
@@ -36,6 +39,7 @@ import sys
 import time
 
 from . import clock, isolate, report, run
+from .template import Template
 
 PR_SET_DUMPABLE = 4
 KEYCTL_CLEAR = 7
@@ -67,25 +71,31 @@ def wipe(folder: str) -> None:
         raise RuntimeError(f"{folder} could not be emptied")
 
 
-def end_leftovers() -> None:
-    """Kills every process of this pid namespace but pid 1 (the sandbox's init) and this one,
-    and waits until none of them can run any more."""
-    me = os.getpid()
+def end_leftovers(template: int) -> None:
+    """Kills every process of this pid namespace but pid 1 (the sandbox's init), this one and the
+    ``template`` runs are forked from, and waits until none of them can run any more."""
+    spared = (1, os.getpid(), template)
     deadline = time.monotonic() + LEFTOVER_SECONDS
     while time.monotonic() < deadline:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in _others(spared):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         except ChildProcessError:
             pass
-        if not [pid for pid in os.listdir("/proc") if pid.isdigit() and int(pid) not in (1, me) and running(pid)]:
+        if not [pid for pid in _others(spared) if running(str(pid))]:
             return
         time.sleep(0.005)
     raise RuntimeError("processes of a run could not be ended")
+
+
+def _others(spared: tuple[int, ...]) -> list[int]:
+    """The processes of this pid namespace but ``spared``."""
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and int(pid) not in spared]
 
 
 def running(pid: str) -> bool:
@@ -186,19 +196,40 @@ class Gate:
             self.pending.pop(0)
 
 
-def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolated: bool, state: isolate.State,
-            memory_bytes: int, scratch: isolate.Scratch) -> tuple[int, str]:
-    """Starts a run, writes what it reports, watches it until it ends; returns its wait status
-    and why the server stopped it (``"memory"``, or ``""``)."""
+def run_starter(libc: isolate.Libc, paths: tuple[str, str, str], isolated: bool, state: isolate.State,
+                scratch: isolate.Scratch):
+    """What the template does for each run (:class:`~harness.template.Template`): given the run's
+    report pipe, the pipe of the course's code, its status pipe and its output, it forks the process
+    that starts the run (in namespaces of its own when ``isolated``) and returns its pid."""
     plan_path, inputs_path, out_dir = paths
-    course_dir = os.path.join(os.path.dirname(plan_path), "course")
+    start = isolate.start_run if isolated else isolate.start_plain_run
+
+    def starter(descriptors: list[int]) -> int:
+        report_w, course_r, status_w, output_w = descriptors
+        return start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
+                     (isolate.HIDDEN + (out_dir, course_dir(plan_path)), scratch), (report_w, course_r), status_w,
+                     output_w)
+    return starter
+
+
+def course_dir(plan_path: str) -> str:
+    """Where the course's code for a run waits, which only the server reads."""
+    return os.path.join(os.path.dirname(plan_path), "course")
+
+
+def one_run(template: Template, paths: tuple[str, str, str], token: str, isolated: bool,
+            memory_bytes: int) -> tuple[int, str]:
+    """Has the template start a run, writes what it reports, watches it until it ends; returns its
+    wait status and why the server stopped it (``"memory"``, or ``""``)."""
+    plan_path, _, out_dir = paths
+    course = course_dir(plan_path)
     journal_fd = os.open(os.path.join(out_dir, "journal.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                          0o600)
     report_r, report_w = os.pipe()
     status_r, status_w = os.pipe()
     course_r, course_w = os.pipe()
     output_r, output_w = os.pipe()   # the run's own stdout and stderr, passed on by the server
-    gate = Gate(os.path.join(course_dir, "stages.json"), course_w)
+    gate = Gate(os.path.join(course, "stages.json"), course_w)
     timed: list[clock.Clock] = []   # made once the run has started: it reads the run's clock
     collector = None
 
@@ -210,19 +241,17 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
             found.seen(event, gate.open_probe, collector.written)
 
     journal({"event": "ready", "run": token})
-    start = isolate.start_run if isolated else isolate.start_plain_run
-    helper = start(libc, lambda: run.run(plan_path, inputs_path, report_w, course_r), state,
-                   (isolate.HIDDEN + (out_dir, course_dir), scratch), (report_w, course_r), status_w, output_w)
+    helper = template.start((report_w, course_r, status_w, output_w))
     for fd in (report_w, status_w, course_r, output_w):
         os.close(fd)
     os.set_blocking(report_r, False)
     os.set_blocking(output_r, False)
-    watch = isolate.Watch(memory_bytes, helper) if isolated else None
+    watch = isolate.Watch(memory_bytes, helper, template.pid) if isolated else None
     collector = report.Collector(report_r, out_dir, journal)
     if gate.clocked:
-        timed.append(clock.Clock(os.path.join(course_dir, "clocked"), gate.clocked, gate.send,
+        timed.append(clock.Clock(os.path.join(course, "clocked"), gate.clocked, gate.send,
                                  watch.run_pid if watch is not None else lambda: helper))
-    helper_status = _follow(helper, collector, gate, output_r, watch)
+    helper_status = _follow(helper, template.status, collector, gate, output_r, watch)
     for found in timed:
         found.write(out_dir)
     data = os.read(status_r, 64) if isolated else str(helper_status).encode()
@@ -232,10 +261,11 @@ def one_run(libc: isolate.Libc, paths: tuple[str, str, str], token: str, isolate
     return (int(data) if data else signal.SIGKILL), stopped
 
 
-def _follow(helper: int, collector: report.Collector, gate: Gate, output_r: int, watch: isolate.Watch | None) -> int:
+def _follow(helper: int, ended, collector: report.Collector, gate: Gate, output_r: int,
+            watch: isolate.Watch | None) -> int:
     """Reads the run's report and output, gives it the course's code it may have, and watches its
     memory until the report is closed and ``helper`` (the process that started it) has ended;
-    returns the helper's wait status."""
+    returns the helper's wait status, which ``ended()`` gives once it has."""
     pidfd = os.pidfd_open(helper)
     reading, output, passed, helper_status, next_check = True, True, [0], None, time.monotonic()
     while reading or helper_status is None:
@@ -248,7 +278,7 @@ def _follow(helper: int, collector: report.Collector, gate: Gate, output_r: int,
         if output_r in ready:
             output = _pass_on(output_r, passed)
         if pidfd in ready and helper_status is None:
-            helper_status = os.waitpid(helper, 0)[1]
+            helper_status = ended()
         if watch is not None and helper_status is None and time.monotonic() >= next_check:
             watch.check()
             next_check = time.monotonic() + CHECK_SECONDS
@@ -286,16 +316,17 @@ def serve(paths: tuple[str, str, str], isolated: bool, wiped: list[str], scratch
     os.environ.update(environment)
     libc.prctl(PR_SET_DUMPABLE, 0)
     state = isolate.State.now()
+    template = Template(run_starter(libc, paths, isolated, state, scratch))   # before any request is read
     requests = os.fdopen(0, "rb", buffering=0)
     while len(request := requests.readline().decode("ascii", "replace").split()) == 2 and request[0] == "run":
         for folder in wiped:
             wipe(folder)
         sys.stdout.flush()
         sys.stderr.flush()
-        status, stopped = one_run(libc, paths, request[1], isolated, state, memory_bytes, scratch)
+        status, stopped = one_run(template, paths, request[1], isolated, memory_bytes)
         more = False
         if isolated:
-            end_leftovers()
+            end_leftovers(template.pid)
             clear_ipc(libc.raw)
             clear_keys(libc.raw)
             more = not state.changes(isolate.State.now())
