@@ -1,7 +1,7 @@
 """The run: a student's notebook code and the probes of each graded item, in the sandbox.
 
-A run is a process of its own (:mod:`autograder.running.harness.isolate`), forked from the warm server
-(:mod:`autograder.running.harness.serve`). It reads the plan and hidden inputs the trusted side has just
+A run is a process of its own (:mod:`autograder.running.harness.isolate`), forked from the template of the warm server
+(:mod:`autograder.running.harness.template`, :mod:`autograder.running.harness.serve`). It reads the plan and hidden inputs the trusted side has just
 written, runs each code cell of the plan in an IPython shell (so magics work as in Jupyter), and
 after the answer cell of an item runs that item's probe calls. It reports every step through
 its server (:mod:`autograder.running.harness.report`): ``cell_start`` and ``cell_end``, ``probe_start``
