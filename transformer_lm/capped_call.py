@@ -5,7 +5,8 @@ The grader judges assignment 05's memory by a cap the kernel enforces
 cannot be allocated, and its values are judged. A visible check does the same in the student's
 kernel, but a cap there would last for the rest of the session. So the kernel forks: the child caps
 its own memory at what it holds now plus the check's ``extra`` bytes (and refuses to start a
-process or map memory, as the grader's runs do), makes the call, and sends back through a pipe
+process, map memory or make what the kernel would hold bytes in, as the grader's runs do; it keeps
+no descriptor of the kernel's but its standard ones), makes the call, and sends back through a pipe
 what it returned, or what it raised with the answer's lines of its traceback. The kernel itself is
 never capped.
 
@@ -21,6 +22,7 @@ import contextlib
 import io
 import os
 import pickle
+import resource
 import select
 import signal
 import sys
@@ -77,11 +79,20 @@ def _outcome(function, extra: int) -> tuple:
         return ("raised", error, _answer_lines(error.__cause__ or error))
 
 
+def _close_inherited(keep: int) -> None:
+    """Closes every descriptor the child inherited but the standard three and ``keep`` (the pipe
+    back): the kernel holds both ends of some of its own pipes and sockets (asyncio's event loop a
+    pair of sockets), whose buffers would hold bytes outside the cap."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
 def _child(function, extra: int, write_end: int) -> None:
     """In the forked process: the outcome of ``function()`` under the cap, with what it printed,
     written to the pipe; never returns."""
     printed = io.StringIO()
     try:
+        _close_inherited(write_end)
         # one thread: the kernel's OpenMP workers are not in the child, and a pool that the kernel
         # used waits for them there forever (PyTorch's DataLoader workers do the same)
         torch.set_num_threads(1)

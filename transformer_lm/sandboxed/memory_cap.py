@@ -10,7 +10,18 @@ without ``CAP_SYS_RESOURCE`` may lower its limits, never raise them):
   (:data:`AS_MARGIN`), which bounds shared mappings, which ``RLIMIT_DATA`` does not count (a
   capped call makes none: :func:`refuse_uncounted`, and the runs' audit hook);
 * ``RLIMIT_FSIZE`` of 0: no file (a tmpfs file, a ``memfd``) can hold data, since file pages
-  count against neither limit; and ``RLIMIT_NOFILE``, so pipes and sockets cannot either.
+  count against neither limit; and ``RLIMIT_NOFILE`` of :data:`FILES`.
+
+Neither limit counts what the kernel holds for the process in its own memory: a pipe's buffer
+(64 KiB, 1 MiB grown with ``F_SETPIPE_SZ``), a socket's (up to ``net.core.wmem_max`` each way, 4
+MiB where the tests ran), a symbolic link's target or an extended attribute in a tmpfs. Before
+they were refused, 24 pipes parked 24 MiB of a 64 MiB row of scores, and the rest fitted. So a
+capped call makes none of them (:data:`KERNEL_HELD_EVENTS`, :data:`GROW_PIPE`,
+:data:`KERNEL_HELD_FUNCTIONS`: the grader's runs refuse them in their hook,
+:func:`refuse_uncounted` in the visible check's child, which keeps no descriptor of the kernel's
+but its standard ones). What is left is bounded so that it cannot matter: a pseudo-terminal
+opened by its path holds a few tens of KiB, and a tmpfs's file names 255 bytes each, at most 4096
+of them in a grading run's (its inode limit).
 
 A tiled pass fits in ``extra`` with room; the whole score matrix at the check's size, in any
 container, does not, many times over, and its allocation fails (``RuntimeError`` from PyTorch,
@@ -34,6 +45,8 @@ ones for reuse, counted by the kernel, and gives them back before any allocation
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import importlib
 import mmap
 import resource
 import sys
@@ -66,6 +79,25 @@ MAPPING_EVENTS = frozenset({"mmap.__new__"})
 """Audit events that map memory. A shared mapping counts against ``RLIMIT_AS`` only, whose margin
 (:data:`AS_MARGIN`) would hold a row of a query block's scores at the capped checks' size; a
 capped call maps none, as a grading run maps none."""
+KERNEL_HELD_EVENTS = frozenset({"socket.__new__", "os.symlink", "os.setxattr"})
+"""Audit events that make the kernel hold bytes for the process that none of its limits counts: a
+socket's buffers (up to ``net.core.wmem_max`` each way: 4 MiB where the tests ran), a symbolic
+link's target (a page of a tmpfs each) and an extended attribute (64 KiB each). Each held 24 MiB
+beside a capped call before it was refused (``tests/test_cap_kernel_buffers.py``)."""
+GROW_PIPE = ("fcntl.fcntl", fcntl.F_SETPIPE_SZ)
+"""The audit event and command that grow a pipe, to 1 MiB (``fs.pipe-max-size``): refused for every
+pipe a capped run holds, its own and those it inherited (where it holds one end, which parks
+nothing it could read back)."""
+KERNEL_HELD_FUNCTIONS = {"posix": ("pipe", "pipe2", "mkfifo", "mknod", "memfd_create", "eventfd", "openpty"),
+                         "_socket": ("socketpair",)}
+"""What makes a descriptor whose buffer the kernel holds, with no audit event: a pipe or fifo (64
+KiB, and 1 MiB grown), a pair of sockets, a ``memfd`` (which holds nothing while ``RLIMIT_FSIZE`` is
+0), an ``eventfd`` and a pseudo-terminal (a few tens of KiB). A capped call has no use for any of them: it
+talks to no other process. ``os`` takes them from ``posix``; ``socket.socketpair`` calls
+``_socket``'s."""
+KERNEL_HELD = "a call under the memory cap makes no pipe, fifo, socket, symbolic link or extended attribute and grows "\
+    "no pipe ({}): the kernel would hold their bytes outside the cap"
+"""Why such a call is refused."""
 
 
 def _fill_free_heap(libc) -> None:
@@ -135,16 +167,54 @@ def in_use(kind: int, prot: int) -> int:
     return high - mmap.PAGESIZE
 
 
+def refusal(name: str, why: str):
+    """A function that raises ``PermissionError`` with ``why``, formatted with ``name``: what stands
+    in for a refused function."""
+    def refused(*args, **kwargs):
+        raise PermissionError(why.format(name))
+
+    return refused
+
+
+def kernel_held_stand_ins() -> dict[int, tuple[object, object]]:
+    """Each function of :data:`KERNEL_HELD_FUNCTIONS` this Python has, by id: (it, its refusal)."""
+    found = {}
+    for module, names in KERNEL_HELD_FUNCTIONS.items():
+        loaded = importlib.import_module(module)
+        for name in names:
+            original = getattr(loaded, name, None)
+            if original is not None:
+                found[id(original)] = (original, refusal(f"{module}.{name}", KERNEL_HELD))
+    return found
+
+
+def replace_in(modules, found: dict[int, tuple[object, object]]) -> None:
+    """Each of ``modules``' names for an ``original`` of ``found`` (by id: original, replacement)
+    points at its replacement from now on."""
+    for module in modules:
+        space = getattr(module, "__dict__", None)
+        if isinstance(space, dict):
+            for name, value in list(space.items()):
+                if id(value) in found and value is found[id(value)][0]:
+                    space[name] = found[id(value)][1]
+
+
 def refuse_uncounted() -> None:
     """From now on, starting a process or mapping memory (any of :data:`PROCESS_EVENTS` and
-    :data:`MAPPING_EVENTS`) raises ``PermissionError`` (an audit hook, which no code can remove).
-    The grader's runs refuse them in their own hook."""
-    refused = PROCESS_EVENTS | MAPPING_EVENTS
+    :data:`MAPPING_EVENTS`), making what the kernel holds bytes in (:data:`KERNEL_HELD_EVENTS`,
+    :data:`GROW_PIPE`, :data:`KERNEL_HELD_FUNCTIONS`, replaced wherever a loaded module holds them),
+    or calling C through ``ctypes`` (which could make any of them) raises ``PermissionError`` (an
+    audit hook, which no code can remove). The grader's runs refuse them in their own hook, and end
+    a run that uses ``ctypes``."""
+    refused, held, (grow, size_command) = PROCESS_EVENTS | MAPPING_EVENTS, KERNEL_HELD_EVENTS, GROW_PIPE
 
     def refuse(event: str, args) -> None:
-        if event in refused:
-            raise PermissionError(f"a call under the memory cap starts no process and maps no memory ({event}): "
-                                  "what either holds would escape the cap")
+        if event in refused or event.startswith("ctypes."):
+            raise PermissionError(f"a call under the memory cap starts no process, maps no memory and calls no C "
+                                  f"({event}): what it holds would escape the cap")
+        if event in held or (event == grow and args[1] == size_command):
+            raise PermissionError(KERNEL_HELD.format(event))
+    replace_in(list(sys.modules.values()), kernel_held_stand_ins())
     sys.addaudithook(refuse)
 
 

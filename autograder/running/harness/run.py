@@ -229,7 +229,7 @@ def run(plan_path: str, inputs_path: str, report_fd: int, course_fd: int) -> Non
     if plan.get("memory_cap"):
         memory_cap.cap(plan["memory_cap"])   # first: it sets the allocator through ctypes
     type_objects.disarm_ctypes()
-    refusals.install(send)
+    refusals.install(send, capped=bool(plan.get("memory_cap")))
     for cell in plan.pop("cells"):
         if cell["index"] not in plan["skip_cells"]:
             run_cell(shell, cell, send)

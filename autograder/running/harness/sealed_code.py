@@ -14,6 +14,8 @@ import sys
 import types
 import warnings
 
+from transformer_lm.sandboxed import memory_cap
+
 GUARD_MARK: dict = {}
 """The globals of every guard: how the audit hook knows one (a function's globals cannot be changed)."""
 
@@ -61,9 +63,4 @@ def with_constants(code: types.CodeType, name: str, constants: dict, _function=t
 def replace_everywhere(found: dict[int, tuple[object, object]]) -> None:
     """Each loaded module's names for an ``original`` of ``found`` (by id: original, replacement)
     point at its replacement from now on."""
-    for module in list(sys.modules.values()):
-        space = getattr(module, "__dict__", None)
-        if isinstance(space, dict):
-            for name, value in list(space.items()):
-                if id(value) in found and value is found[id(value)][0]:
-                    space[name] = found[id(value)][1]
+    memory_cap.replace_in(list(sys.modules.values()), found)
