@@ -35,8 +35,9 @@ KERNEL_HELD_HOLDERS: list[str] = []
 def prepare() -> None:
     """Done once in the server, before any run forks: replaces :data:`REFUSED_FUNCTIONS` by
     refusals wherever a loaded module holds them (the server itself starts no thread or program and
-    handles no signal). Every run is a fork of the server's template, made after this, so it starts with them replaced, without
-    walking every loaded module again (which took a run 40 ms); a module a run loads later takes
+    handles no signal). Every run is a fork of the server's template, made after this, so it starts
+    with them replaced, without walking every loaded module again (which took a run 40 ms); a module
+    a run loads later takes
     the refusal from the module it imports it from. It also lists the modules that hold what makes
     a kernel buffer (:data:`KERNEL_HELD_HOLDERS`), which only a capped run refuses (the server makes
     pipes for each run)."""
