@@ -37,10 +37,9 @@ def prepare() -> None:
     refusals wherever a loaded module holds them (the server itself starts no thread or program and
     handles no signal). Every run is a fork of the server's template, made after this, so it starts
     with them replaced, without walking every loaded module again (which took a run 40 ms); a module
-    a run loads later takes
-    the refusal from the module it imports it from. It also lists the modules that hold what makes
-    a kernel buffer (:data:`KERNEL_HELD_HOLDERS`), which only a capped run refuses (the server makes
-    pipes for each run)."""
+    a run loads later takes the refusal from the module it imports it from. It also lists the
+    modules that hold what makes a kernel buffer (:data:`KERNEL_HELD_HOLDERS`), which only a capped
+    run refuses (the server makes pipes for each run)."""
     _refuse(REFUSED_FUNCTIONS)
     held = memory_cap.kernel_held_stand_ins()
     KERNEL_HELD_HOLDERS[:] = [name for name, module in sys.modules.items()
