@@ -200,7 +200,8 @@ ASSIGNMENTS = (
                  "flash_forward": ("flash_forward", "flash_memory", "causal_skipping"),
                  "flash_backward": ("flash_backward", "backward_memory")},
         written={"q1": 1},
-        signatures=("def merge_stats(max_a, sum_a, max_b, sum_b):", "def online_softmax(scores, block):",
+        signatures=("def merge_stats(max_a, sum_a, max_b, sum_b):", "def softmax_stats(blocks):",
+                    "def online_softmax(scores, block):",
                     "def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):",
                     "class FlashAttention(torch.autograd.Function):",
                     "def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):",
@@ -210,7 +211,7 @@ ASSIGNMENTS = (
                            "final-benchmark", "final-plot"}),
         setup_imports=("import matplotlib.pyplot as plt", "from matplotlib.colors import ListedColormap",
                        "from matplotlib.patches import Patch, Rectangle"),
-        parts={"online_softmax": 2, "flash_backward": 3},
+        parts={"online_softmax": 3, "flash_backward": 3},
         release_never_holds=("torch.maximum(row_max", "ctx.save_for_backward(", "(grad_out * out).sum(")),
     Assignment(
         "06_modern_attention", "modern_attention.ipynb",

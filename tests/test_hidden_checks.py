@@ -18,7 +18,7 @@ from autograder.reading.cells import marks
 from autograder.reading.course import Course, generator_for, load_items
 from autograder.reading.spec import Item
 from transformer_lm import tiled_judges
-from transformer_lm.instructor import cases, decoder_kinds, gpt_kinds, kinds, tiled_kinds
+from transformer_lm.instructor import cases, decoder_kinds, gpt_kinds, kinds, stream_kinds, tiled_kinds
 from transformer_lm.instructor.kinds import judge_here
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def sized_parameters(cls) -> list[inspect.Parameter]:
 
 def test_every_size_a_check_or_an_item_takes_is_a_keyword():
     """A checks file reads ``AttentionCase(batch=2, seq=6, ...)``, never ``AttentionCase(2, 6, ...)``."""
-    classes = [Item] + [cls for module in (kinds, gpt_kinds, tiled_kinds, decoder_kinds, cases, tiled_judges)
+    classes = [Item] + [cls for module in (kinds, gpt_kinds, tiled_kinds, stream_kinds, decoder_kinds, cases, tiled_judges)
                         for cls in vars(module).values()
                         if dataclasses.is_dataclass(cls) and isinstance(cls, type) and cls.__module__ == module.__name__
                         and cls.__name__.endswith(("Check", "Case"))]

@@ -34,7 +34,8 @@ SANDBOX_SIDE = {"transformer_lm", "transformer_lm.sandboxed", "transformer_lm.sa
                 "transformer_lm.sandboxed.student_objects", "transformer_lm.sandboxed.tensor_trace",
                 "transformer_lm.sandboxed.call_trace", "transformer_lm.sandboxed.wire",
                 "transformer_lm.sandboxed.test_values", "transformer_lm.sandboxed.viz",
-                "transformer_lm.sandboxed.decoder", "transformer_lm.sandboxed.memory_cap"}
+                "transformer_lm.sandboxed.decoder", "transformer_lm.sandboxed.memory_cap",
+                "transformer_lm.sandboxed.score_blocks"}
 
 
 def test_the_sandbox_library_holds_only_the_sandboxed_folder(tmp_path):

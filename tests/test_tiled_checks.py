@@ -10,7 +10,8 @@ import notebook_tools as tools
 from autograder.reading.course import Course, generator_for, load_items
 from live_checks import visible
 from transformer_lm import catalog
-from transformer_lm.instructor import mistakes, reference, tiled_kinds
+from transformer_lm.instructor import mistakes, reference, stream_kinds, tiled_kinds
+from transformer_lm.sandboxed import score_blocks
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
 from transformer_lm.instructor.kinds import backward_of, judge_here
@@ -77,6 +78,7 @@ def test_the_course_code_passes_every_visible_check():
         return reference.online_softmax(scores, block)
 
     assert visible("merge_stats", "merge_stats")(merge_stats).passed and visible("online_softmax", "online_softmax")(online_softmax).passed
+    assert visible("softmax_stats", "softmax_stats")(lambda blocks: tuple(reference.streamed_stats(blocks))).passed
     flash_forward = flawed_forward(NONE)
     for check in (visible("flash_forward", "flash_forward"), visible("flash_memory", "flash_forward"), visible("causal_skipping", "flash_forward")):
         assert check(flash_forward).passed
@@ -118,6 +120,22 @@ def test_the_online_softmax_mistakes_are_named_by_its_check_too(mistake):
     with pytest.raises(CheckFailed) as failure:
         visible("online_softmax", "online_softmax")(lambda scores, block: mistakes.flawed_online_softmax(scores, block, mistake.flaws))
     assert mistake.title in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("mistake", [m for m in catalog.TILING if m.shows_with & {"online"}], ids=lambda m: m.name)
+def test_the_streamed_statistics_name_the_online_softmax_mistakes(mistake):
+    with pytest.raises(CheckFailed) as failure:
+        visible("softmax_stats", "softmax_stats")(lambda blocks: tuple(mistakes.flawed_streamed_stats(blocks, mistake.flaws)))
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
+def test_the_trusted_statistics_of_a_stream_are_those_of_its_whole_rows_in_float64():
+    seeds, shifts, spreads = torch.arange(23), torch.randn(23, 3) * 2, torch.rand(3) * 4 + 1
+    rows = torch.cat(list(score_blocks.score_blocks(seeds, shifts, spreads, 7, 159)), dim=-1)
+    assert rows.shape == (3, 159)
+    exact = stream_kinds.exact_stats(score_blocks.score_blocks(seeds, shifts, spreads, 7, 159))
+    assert all(torch.allclose(a, b, rtol=1e-12, atol=0) and a.dtype == torch.float64
+               for a, b in zip(exact, reference.softmax_stats(rows.double())))
 
 
 def test_a_forward_that_never_exponentiates_cannot_have_its_work_counted():

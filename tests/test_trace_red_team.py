@@ -7,9 +7,10 @@ The evasions keep the whole score matrix in a buffer that no operator of the cal
 global, a closure's, one grown with ``resize_``), written with ``out=`` and worked on in place;
 keep it outside torch's tensors (a NumPy array, Python bytes, a memory map: the test cell's call
 under the grader's memory cap refuses them), in another process (which the capped call may not
-start), in a tensor made only at a large T, or while the dispatcher's Python modes are off; hide a whole
-row of scores in an operator that is not called a reduction (a matrix product with ones,
-``kthvalue``, ``topk``, ``aminmax``, ``nanmean``); do the work of the tiles a causal mask lets
+start), in a tensor made only at a large T, or while the dispatcher's Python modes are off; put the
+online softmax's stream of blocks back together into whole rows and reduce them with an operator
+that is not called a reduction (a matrix product with ones, ``kthvalue``, ``topk``, ``aminmax``,
+``nanmean``: the memory cap refuses them, and the trace names them); do the work of the tiles a causal mask lets
 them skip through operators that were not counted (``sigmoid``, in-place ``exp_``, matrix products
 whose exponentials are skipped); or call a private kernel of the forbidden softmax or attention by
 a name built at run time. The correct variants exponentiate in place, work in float64, multiply
@@ -97,11 +98,13 @@ def einsum_product(a, b):
 
 
 def softmax_with(row_max, row_sum):
-    """An online softmax whose maximum and sum over a whole row are ``row_max(x)`` and ``row_sum(e)``."""
-    def online_softmax(scores, block):
-        e = torch.exp(scores - row_max(scores).unsqueeze(-1))
-        return e / row_sum(e).unsqueeze(-1)
-    return online_softmax
+    """A ``softmax_stats`` that puts its blocks back together into whole rows, whose maximum and sum
+    are ``row_max(x)`` and ``row_sum(e)``."""
+    def softmax_stats(blocks):
+        x = torch.cat(list(blocks), dim=-1)
+        m = row_max(x)
+        return m, row_sum(torch.exp(x - m.unsqueeze(-1)))
+    return softmax_stats
 
 
 def max_by_blocks(scores, block=4):
@@ -175,8 +178,9 @@ def grown_with_resize(t_q, t_k):
 def as_the_test_cell(group: str, answer) -> None:
     """The notebook's visible test cell of ``group`` on ``answer``: the stored check, inside
     ``forbidding`` with what the exercise forbids, as the cell runs it."""
-    function = {"online_softmax": "online_softmax", "backward_memory": "FlashAttention"}.get(group, "flash_forward")
-    with forbidding(answer, SOFTMAX if group == "online_softmax" else SOFTMAX + LIBRARY_ATTENTION):
+    function = {"online_softmax": "online_softmax", "softmax_stats": "softmax_stats",
+                "backward_memory": "FlashAttention"}.get(group, "flash_forward")
+    with forbidding(answer, SOFTMAX if group in ("online_softmax", "softmax_stats") else SOFTMAX + LIBRARY_ATTENTION):
         visible(group, function)(answer)
 
 
@@ -267,7 +271,7 @@ def library_attention(kernel: str):
     return flash_forward
 
 
-TENSOR, ROW, COMBINED, WORK = "created a tensor of shape", "took a max or a sum along", "combined", "work with causal=True"
+TENSOR, HELD, COMBINED, WORK = "created a tensor of shape", "held every block at once", "combined", "work with causal=True"
 OUTSIDE, PROCESS, UNTRACED, FORBIDDEN = "a cap the kernel enforces", "starts no process", "dispatcher hidden", \
     "while it was checked"
 """What the message of the check an evasion meets says: it was refused for what it did."""
@@ -278,16 +282,16 @@ EVASIONS = {
                                   in_a_buffer(lambda t_q, t_k: GLOBAL_BUFFER[:t_q * t_k].view(t_q, t_k))),
     "scores_in_a_closures_buffer": ("flash_memory", TENSOR, in_a_closure()),
     "scores_in_a_buffer_grown_with_resize": ("flash_memory", TENSOR, in_a_buffer(grown_with_resize)),
-    # a whole row of scores combined at once, by operators not called reductions
-    "softmax_sum_by_matmul": ("online_softmax", ROW, softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
-    "softmax_max_by_kthvalue": ("online_softmax", ROW,
+    # a stream of blocks put back together into whole rows, reduced by operators not called reductions
+    "softmax_sum_by_matmul": ("softmax_stats", HELD, softmax_with(max_by_blocks, lambda e: e @ torch.ones(e.shape[-1]))),
+    "softmax_max_by_kthvalue": ("softmax_stats", HELD,
                                 softmax_with(lambda s: s.kthvalue(s.shape[-1], -1).values, sum_by_blocks)),
-    "softmax_max_by_topk": ("online_softmax", ROW, softmax_with(lambda s: s.topk(1, -1).values[..., 0], sum_by_blocks)),
-    "softmax_max_by_aminmax": ("online_softmax", ROW, softmax_with(lambda s: torch.aminmax(s, dim=-1).max,
+    "softmax_max_by_topk": ("softmax_stats", HELD, softmax_with(lambda s: s.topk(1, -1).values[..., 0], sum_by_blocks)),
+    "softmax_max_by_aminmax": ("softmax_stats", HELD, softmax_with(lambda s: torch.aminmax(s, dim=-1).max,
                                                                    sum_by_blocks)),
-    "softmax_sum_by_nanmean": ("online_softmax", ROW,
+    "softmax_sum_by_nanmean": ("softmax_stats", HELD,
                                softmax_with(max_by_blocks, lambda e: torch.nanmean(e, -1) * e.shape[-1])),
-    "softmax_max_by_median_of_sorted": ("online_softmax", ROW,
+    "softmax_max_by_median_of_sorted": ("softmax_stats", HELD,
                                         softmax_with(lambda s: s.sort(-1).values[..., -1], sum_by_blocks)),
     "forward_row_at_a_time": ("flash_memory", COMBINED, row_at_a_time),
     # the work of the future tiles done anyway, out of sight of the count of exponentials
@@ -323,7 +327,7 @@ def test_every_evasion_is_refused_by_the_check_it_cheats_on(name):
 
 
 def test_the_red_team_is_large_enough_in_every_class_of_hole():
-    classes = {"memory": {TENSOR, OUTSIDE, PROCESS, UNTRACED}, "reductions": {ROW, COMBINED}, "work": {WORK},
+    classes = {"memory": {TENSOR, OUTSIDE, PROCESS, UNTRACED}, "reductions": {HELD, COMBINED}, "work": {WORK},
                "forbidden routes": {FORBIDDEN}}
     counts = {name: sum(reason in reasons for _, reason, _ in EVASIONS.values()) for name, reasons in classes.items()}
     assert sum(counts.values()) == len(EVASIONS) >= 20 and min(counts.values()) >= 3, counts

@@ -129,13 +129,14 @@ def check(group: str, *answers, **named) -> Verdict | None:
     """Runs every stored check of ``group`` (its cases) on the student's ``answers`` (functions
     and classes, known by their names, or given by name in ``named``), in order. A TODO stops it
     at once; otherwise every case runs, so that a failure can say how many cases pass, and the
-    cases' own words of a pass ("Correct: ...") are printed only once all of them passed.
-    Returns the last case's verdict."""
+    cases' own words of a pass ("Correct: ...") are printed only once all of them passed. A case
+    that only explains (``"explains"``, as the grader's ``Explains``) runs only once another has
+    failed, and then only names the mistake (:func:`_explained`). Returns the last case's verdict."""
     groups = stored_checks()["groups"]
     if group not in groups:
         raise CheckFailed(f"There is no visible check called {group!r}; the course has: {', '.join(groups)}.")
     objects = {**{answer.__name__: answer for answer in answers}, **named}
-    entries = groups[group]
+    entries = [entry for entry in groups[group] if not entry.get("explains")]
     passed, failures = [], []
     for number, entry in enumerate(entries, 1):
         try:
@@ -150,12 +151,27 @@ def check(group: str, *answers, **named) -> Verdict | None:
     name, total = entries[0]["name"], len(entries)
     if failures:
         number, shown = next(((n, f) for n, f in failures if f.mistake), failures[0])   # a named mistake first
+        shown = _explained(shown, [entry for entry in groups[group] if entry.get("explains")], objects)
         if total == 1:
             raise shown
         raise CheckFailed(f"{name}: {len(passed)} of {total} cases pass; {_failing(failures, number)}\n{shown}",
                           shown.mistake) from shown.__cause__
     _say_passed(name, total, passed)
     return passed[-1][1] if passed else None
+
+
+def _explained(failure: CheckFailed, explaining: list[dict], objects: dict) -> CheckFailed:
+    """``failure``, followed by what the first of the ``explaining`` cases that fails says, and
+    naming its mistake (a trace that names a whole-row pass where the memory cap refused one);
+    ``failure`` as it is when none fails."""
+    for entry in explaining:
+        try:
+            run(entry["name"], entry["check"], objects, entry["context"])
+        except CheckFailed as explanation:
+            explained = CheckFailed(f"{failure}\n{explanation}", explanation.mistake or failure.mistake)
+            explained.__cause__ = failure.__cause__
+            return explained
+    return failure
 
 
 def _failing(failures: list[tuple[int, CheckFailed]], shown: int) -> str:

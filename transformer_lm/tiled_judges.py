@@ -8,6 +8,9 @@ student's own call, so the judgement rests on what ran and not on what the code 
   tensor (the inputs, the output, a tile per batch and head) is far smaller;
 * no max, sum or softmax over more numbers than a tile's row or a feature vector holds
   (:func:`widest_allowed`): a reduction over a whole row of keys needs that row in memory;
+* handed a row of scores as a stream of blocks (the online softmax's statistics), no tensor as
+  large as the rows, no blocks kept alive together as large, and no reduction longer than a block
+  or than the count of blocks (:class:`StreamJudge`);
 * under the causal mask, no more exponentials and matrix products than the key blocks that are not
   wholly in the future need (:class:`WorkJudge`): fewer never cost;
 * after the forward of the autograd Function, nothing kept alive but what q, k, v, the output
@@ -53,10 +56,23 @@ TEXTS = {
     "whole_row": "{call:call} combined {widest:number} numbers into one at once (a max, a sum, a softmax or a matrix "
                  "product along them), more than a tile's row of block_k={block_k:number} keys: a whole row of keys "
                  "was in memory.",
-    "softmax_row": "{call:call} has the right values but took a max or a sum along {widest:number} scores at once: an "
-                   "online softmax reads at most block={block:number} scores of a row at a time, and merges what it "
-                   "learns.",
-    "softmax_passed": "Correct: the softmax of every row, {block:number} scores at a time.",
+    "softmax_row": "{call:call} took a max or a sum along {widest:number} scores at once: an online softmax reads "
+                   "one block of at most {block:number} scores of a row at a time, and merges what it learns.",
+    "stream_tensor": "{call:call} made a tensor of shape {largest:shape}: as many numbers as all the blocks of its rows "
+                     "({count:number}) or more, so it held every block at once (torch.cat or torch.stack of the "
+                     "blocks, say) instead of folding each into running statistics and letting it go.",
+    "stream_held": "{call:call} held {peak:number} bytes of tensors at once, as much as all the blocks of its rows "
+                   "({count:number} bytes in float32), so it held every block at once (in a list, say) instead of "
+                   "folding each into running statistics and letting it go.",
+    "stream_call": "{name:call}(blocks of {rows:number} rows of {length:number} scores, {width:number} at a time)",
+    "stream_passed": "Correct: one block at a time.",
+    "softmax_passed": "Correct: the softmax of every row.",
+    "stream_stats_passed": "Correct: the maximum and the total of every row, from its blocks.",
+    "stream_error": "{call:call} may hold {cap:number} MiB more than the notebook held before it ran, a cap the kernel "
+                    "enforces, and its rows hold {size:number} MiB of scores, handed over {block:number} MiB at a "
+                    "time: a pass that folds each block into running statistics and lets it go fits with room. The "
+                    "call raised an error under the cap, as a call that keeps the blocks (in a list, through "
+                    "torch.cat or torch.stack) does (the error says which line).",
     "memory_passed": "Correct: no tensor near the size of the {matrix:shape} score matrix and no reduction wider than "
                      "a tile (T={seq_q:number}, tiles of {block_q:number} x {block_k:number}).",
     "work_whole": "{call:call} builds a tensor of shape {largest:shape} under the causal mask, the whole score "
@@ -172,27 +188,33 @@ def memory_problem(record: dict, prefix: str, case: TileCase, call: str, whole: 
 
 
 @dataclass
-class SoftmaxJudge:
-    """An online softmax (``call``) gives the ``expected`` softmax of each row, naming the
-    ``candidates`` it matches, and reduces at most ``block`` scores at once. ``inputs``, the scores
-    whose exp overflows, if any, name an overflow as one (:func:`transformer_lm.judging.overflow`)."""
+class StreamJudge:
+    """What ``softmax_stats`` (``call``) did while it read ``rows`` rows of ``length`` scores handed
+    over ``width`` at a time, from its trace (the blocks it was handed count as made during the
+    call): a tensor with as many numbers as the rows, tensors alive at once as large as the rows in
+    float32, or a max or sum along more numbers than a block holds and than there are blocks (one
+    maximum per block, stacked and reduced at once, is an honest merge) is a whole-row pass. Only
+    explains: the memory cap judges (``autograder.reading.spec.Explains``)."""
 
     call: str
-    block: int
-    expected: dict[str, torch.Tensor]
-    candidates: dict[catalog.Mistake, dict[str, torch.Tensor]]
-    inputs: dict[str, torch.Tensor] | None = None
+    rows: int
+    length: int
+    width: int
 
     def __call__(self, record, value, values: bool) -> Verdict:
-        judge = RecordJudge(self.expected, self.candidates, call=self.call, inputs=self.inputs)
-        verdict = judge(record, value, values)
-        if not verdict.passed:
-            return verdict
+        count, whole_row = self.rows * self.length, catalog.BY_NAME["full_row_reduction"]
+        largest = tuple(record["trace.largest"].tolist())
+        if largest and math.prod(largest) >= count:
+            return Verdict("failed", render(TEXTS["stream_tensor"], call=self.call, largest=largest, count=count),
+                           whole_row)
+        if int(record["trace.peak"]) >= 4 * count:
+            return Verdict("failed", render(TEXTS["stream_held"], call=self.call, peak=int(record["trace.peak"]),
+                                            count=4 * count), whole_row)
         widest = int(record["trace.widest"])
-        if widest > self.block:
-            return Verdict("failed", render(TEXTS["softmax_row"], call=self.call, widest=widest, block=self.block),
-                           catalog.BY_NAME["full_row_reduction"])
-        return Verdict("passed", render(TEXTS["softmax_passed"], block=self.block))
+        if widest > max(self.width, -(-self.length // self.width)):
+            return Verdict("failed", render(TEXTS["softmax_row"], call=self.call, widest=widest, block=self.width),
+                           whole_row)
+        return Verdict("passed", TEXTS["stream_passed"])
 
 
 @dataclass
@@ -319,4 +341,4 @@ class PrefixJudge:
         return verdict
 
 
-JUDGES = (SoftmaxJudge, MemoryJudge, WorkJudge, FunctionJudge, PrefixJudge)
+JUDGES = (StreamJudge, MemoryJudge, WorkJudge, FunctionJudge, PrefixJudge)

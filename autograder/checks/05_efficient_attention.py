@@ -5,7 +5,10 @@ on sizes the notebook never shows: T not a multiple of either block, block_q unl
 fewer queries than keys, a single query, and rows whose scores lie hundreds apart (a maximum
 shared by all rows underflows there).
 
-Memory and work earn points only from facts the student's process cannot forge. Memory: at
+Memory and work earn points only from facts the student's process cannot forge. Memory: the
+online softmax's ``softmax_stats`` reads rows of 100 MiB of scores, handed over 1 MiB at a time
+and made on demand, in a run capped at 48 MiB more than it held before its first cell (only a pass
+that folds each block in and lets it go fits), and its statistics are judged here; at
 T=8192 (one head's score matrix is 256 MiB in float32) the forward, and the backward, run in a run
 whose memory the kernel caps at 48 MiB more than it held before its first cell; a tiled pass
 needs a few MiB, and the values are judged here. Work: the CPU time the kernel counts for each
@@ -23,6 +26,7 @@ from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
                                                    FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
                                                    OnlineSoftmaxCheck, TileCase)
+from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
 from transformer_lm.instructor.timed_kinds import TIMED, TIMED_BACKWARD, SkipTimeCheck
 
 TILED = SOFTMAX + LIBRARY_ATTENTION
@@ -51,7 +55,11 @@ ITEMS = [
         OnlineSoftmaxCheck("online_softmax", rows=4, n=17, block=5, spread=True),
         OnlineSoftmaxCheck("online_softmax", rows=5, n=43, block=6),
         OnlineSoftmaxCheck("online_softmax", rows=2, n=9, block=16),                 # one block holds the whole row
-    ), forbids=SOFTMAX, defines=("merge_stats", "online_softmax")),
+        StreamStatsCheck("softmax_stats", rows=5, width=6, blocks=11, last=2, spread=True),
+        # 100 MiB of scores in 1 MiB blocks, made on demand: only a pass that lets each block go fits
+        StreamStatsCheck("softmax_stats", memory_cap=MEMORY_CAP, **STREAMED),
+        Explains(StreamStatsCheck("softmax_stats", rows=3, width=8, blocks=24, last=5, judges="memory")),
+    ), forbids=SOFTMAX, defines=("merge_stats", "softmax_stats", "online_softmax")),
     Item("flash_forward", points=2, checks=tuple(FlashForwardCheck("flash_forward", case) for case in (*VALUES,
                                                                                                        SPREAD)),
          forbids=TILED, defines=("flash_forward",), builds_on=("online_softmax",)),

@@ -182,17 +182,22 @@ def flawed_merge_stats(a: reference.SoftmaxStats, b: reference.SoftmaxStats,
     return merged
 
 
-def flawed_online_softmax(scores: torch.Tensor, block: int, flaws: TilingFlaws) -> torch.Tensor:
-    """:func:`transformer_lm.instructor.reference.online_softmax` as a student might write it."""
-    stats = reference.SoftmaxStats(scores.new_full(scores.shape[:-1], float("-inf")), scores.new_zeros(scores.shape[:-1]))
-    for start in range(0, scores.shape[-1], block):
-        part = scores[..., start:start + block]
+def flawed_streamed_stats(blocks, flaws: TilingFlaws) -> reference.SoftmaxStats:
+    """:func:`transformer_lm.instructor.reference.streamed_stats` as a student might write it."""
+    stats = reference.SoftmaxStats(torch.tensor(float("-inf")), torch.tensor(0.0))
+    for part in blocks:
         if flaws.global_maximum:  # the largest score of the block, over every row, shared by all of them
             shared = part.amax().expand(part.shape[:-1])
             part_stats = reference.SoftmaxStats(shared, torch.exp(part - shared.unsqueeze(-1)).sum(dim=-1))
         else:
             part_stats = reference.softmax_stats(part)
         stats = flawed_merge_stats(stats, part_stats, flaws)
+    return stats
+
+
+def flawed_online_softmax(scores: torch.Tensor, block: int, flaws: TilingFlaws) -> torch.Tensor:
+    """:func:`transformer_lm.instructor.reference.online_softmax` as a student might write it."""
+    stats = flawed_streamed_stats(scores.split(block, dim=-1), flaws)
     return torch.exp(scores - stats.maximum.unsqueeze(-1)) / stats.total.unsqueeze(-1)
 
 

@@ -23,6 +23,7 @@ from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateChec
 from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck,
                                              ParametersCheck, TransferCheck, function_check)
 from transformer_lm.prepared import Prepared
+from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
 from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
                                                    FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
                                                    OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
@@ -32,8 +33,9 @@ Entry = dict
 ``"context"``, a line put before a failure's message, where the check's own message needs one."""
 
 
-def entry(name: str, prepared: Prepared, context: str = "") -> Entry:
-    return {"name": name, "check": prepared, "context": context}
+def entry(name: str, prepared: Prepared, context: str = "", explains: bool = False) -> Entry:
+    """One check of a group; one that ``explains`` only names the mistake of another's failure."""
+    return {"name": name, "check": prepared, "context": context, **({"explains": True} if explains else {})}
 
 
 def seeded(kind, seed: int = 0) -> Prepared:
@@ -264,6 +266,12 @@ def each(name: str, *kinds) -> list[Entry]:
 def _efficient_attention() -> dict[str, list[Entry]]:
     return {
         "merge_stats": each("merge_stats", MergeStatsCheck("merge_stats")),
+        # the values, the rows of 100 MiB under the memory cap, and a trace that names a whole-row pass
+        "softmax_stats": each("softmax_stats", StreamStatsCheck("softmax_stats", rows=4, width=5, blocks=9, last=3,
+                                                                spread=True),
+                              StreamStatsCheck("softmax_stats", memory_cap=MEMORY_CAP, **STREAMED))
+        + [entry("softmax_stats", seeded(StreamStatsCheck("softmax_stats", rows=3, width=8, blocks=24, last=5,
+                                                          judges="memory")), explains=True)],
         "online_softmax": each("online_softmax",
                                OnlineSoftmaxCheck("online_softmax", rows=6, n=21, block=4, spread=True),
                                OnlineSoftmaxCheck("online_softmax", rows=4, n=50, block=8)),

@@ -22,8 +22,9 @@ import contextlib
 import torch
 
 from transformer_lm.sandboxed.decoder import CacheOnlyDecoder, DecoderConfig, Refused, layer_arguments
+from transformer_lm.sandboxed.score_blocks import probe_streamed
 from transformer_lm.sandboxed.student_objects import (ProbeError, build, builtin_exception, kind_of, load_parameters,
-                                                      plain)
+                                                      parts_of, plain)
 from transformer_lm.sandboxed.tensor_trace import held_by, tensors_in, trace_tensors
 
 # PyTorch's own modules that a student's class may be asked to copy its weights from.
@@ -227,7 +228,7 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     arguments = [t.clone() for t in inputs.values()]
     with torch.no_grad(), trace_tensors() as trace:
         result = fn(*arguments, **(call_kwargs or {}))
-    return {**_parts(result, parts), **trace.record("trace"), "trace.held": torch.tensor(held_by(fn))}
+    return {**parts_of(result, parts), **trace.record("trace"), "trace.held": torch.tensor(held_by(fn))}
 
 
 def probe_parts(fn, inputs: dict[str, torch.Tensor], parts: list[str],
@@ -237,15 +238,7 @@ def probe_parts(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     ``parts``."""
     torch.manual_seed(0)
     with torch.no_grad():
-        return _parts(fn(*inputs.values(), **(call_kwargs or {})), parts)
-
-
-def _parts(result, parts: list[str]) -> dict[str, torch.Tensor]:
-    values = list(result) if isinstance(result, (tuple, list)) else [result]
-    if len(values) != len(parts):
-        raise ProbeError(f"The function returned {len(values)} value(s); expected "
-                         f"{len(parts)}: {', '.join(parts)}")
-    return {name: plain(value) for name, value in zip(parts, values)}
+        return parts_of(fn(*inputs.values(), **(call_kwargs or {})), parts)
 
 
 def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call_kwargs: dict | None = None,
@@ -394,6 +387,6 @@ PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torc
                                               probe_sampler, probe_function, probe_transfer, probe_factory,
                                               probe_traced, probe_parts, probe_causal_work, probe_autograd_function,
                                               probe_gradients, probe_call,
-                                              probe_padding, probe_padded_generation,
+                                              probe_padding, probe_padded_generation, probe_streamed,
                                               parameter_shapes, raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""

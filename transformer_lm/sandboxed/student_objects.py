@@ -91,3 +91,12 @@ def build(cls, init: dict) -> torch.nn.Module:
     if not isinstance(module, torch.nn.Module):
         raise ProbeError(f"The class built {kind_of(module)}, not an nn.Module")
     return module
+
+
+def parts_of(result, parts: list[str]) -> dict[str, torch.Tensor]:
+    """What a function returned, one plain tensor per name of ``parts`` (``["output", "lse"]``)."""
+    values = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(values) != len(parts):
+        raise ProbeError(f"The function returned {len(values)} value(s); expected "
+                         f"{len(parts)}: {', '.join(parts)}")
+    return {name: plain(value) for name, value in zip(parts, values)}

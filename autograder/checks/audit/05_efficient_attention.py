@@ -1,10 +1,10 @@
 """Audit bank of assignment 05 (attention that fits in memory): each item's catalogued mistakes,
 and correct answers written another way (see autograder/commands/audit.py).
 
-Three answer cells carry six items: ``online_softmax`` (``merge_stats`` and ``online_softmax``);
+Three answer cells carry six items: ``online_softmax`` (``merge_stats``, ``softmax_stats`` and ``online_softmax``);
 ``flash_forward`` (its values, ``flash_memory`` and ``causal_skipping``); ``flash_backward`` (the
 gradients, and ``backward_memory``). The mistakes of memory and work keep the right values: the
-trace of what ran is what catches them.
+memory cap and the CPU time catch them, and the trace of what ran names them.
 """
 
 SS = "online_softmax"
@@ -14,6 +14,60 @@ FB = "flash_backward"
 # Lines of the solution (each occurs once in its answer cell).
 MERGE_TOTAL = "total = sum_a * factor_a + sum_b * factor_b"
 PART_MAX = "part_max = part.amax(dim=-1)"
+STATS_LOOP = "    for part in blocks:"
+STATS_RETURN = "    return maximum, total\n    ### END SOLUTION\n\n\ndef online_softmax"
+# softmax_stats on every block at once: the blocks concatenated into whole rows, then one max and one sum
+WHOLE_ROWS = """    row = torch.cat(list(blocks), dim=-1)
+    maximum = row.amax(dim=-1)
+    return maximum, torch.exp(row - maximum.unsqueeze(-1)).sum(dim=-1)
+    for part in blocks:"""
+
+# Correct softmax_stats written otherwise: the softmax of online_softmax then rests on them.
+LOG_DOMAIN = '''def softmax_stats(blocks):
+    lse = torch.tensor(float("-inf"))
+    maximum = torch.tensor(float("-inf"))
+    for part in blocks:
+        lse = torch.logaddexp(lse, torch.logsumexp(part, dim=-1))
+        maximum = torch.maximum(maximum, part.amax(dim=-1))
+    return maximum, torch.exp(lse - maximum)
+
+
+def online_softmax(scores, block):
+    maximum, total = softmax_stats(torch.split(scores, block, dim=-1))
+    return torch.exp(scores - (maximum + torch.log(total)).unsqueeze(-1))
+'''
+# A tree of pairwise merges: each block's statistics pushed on a stack, and the top two merged while they
+# cover as many blocks (a binary counter); what is left merged at the end. At most log2(n) pairs are held.
+PAIRWISE = '''def softmax_stats(blocks):
+    stack = []
+    for part in blocks:
+        top = part.amax(dim=-1)
+        stats, size = (top, torch.exp(part - top[..., None]).sum(dim=-1)), 1
+        while stack and stack[-1][1] == size:
+            (m, l), _ = stack.pop()
+            stats, size = merge_stats(m, l, *stats), size * 2
+        stack.append((stats, size))
+    maximum, total = torch.tensor(float("-inf")), torch.tensor(0.0)
+    for (m, l), _ in reversed(stack):
+        maximum, total = merge_stats(maximum, total, m, l)
+    return maximum, total
+
+
+'''
+# Every block's maximum and sum kept (two numbers per row and block), then merged in one step: the
+# largest maximum of all of them, each sum rescaled to it.
+STACKED = '''def softmax_stats(blocks):
+    maxima, sums = [], []
+    for part in blocks:
+        top = part.amax(dim=-1)
+        maxima.append(top)
+        sums.append(torch.exp(part - top.unsqueeze(-1)).sum(dim=-1))
+    maxima, sums = torch.stack(maxima), torch.stack(sums)          # (blocks, ...)
+    maximum = maxima.amax(dim=0)
+    return maximum, (sums * torch.exp(maxima - maximum)).sum(dim=0)
+
+
+'''
 KEY_LOOP = "for k_start in range(0, min(T_k, q_stop) if causal else T_k, block_k):"
 SCORES = "scores = q_tile @ k[..., k_start:k_stop, :].transpose(-2, -1) * scale"
 NEW_MAX = "new_max = torch.maximum(row_max, scores.amax(dim=-1))"
@@ -165,7 +219,7 @@ def mutants(answer):
             "empty_merge_nan": answer(SS, (MERGE_TOTAL, "total = sum_a * torch.exp(max_a - maximum) "
                                                         "+ sum_b * torch.exp(max_b - maximum)")),
             "global_maximum": answer(SS, (PART_MAX, "part_max = part.amax().expand(part.shape[:-1])")),
-            "full_row_reduction": answer(SS, (PART_MAX, "part_max = scores.amax(dim=-1)")),
+            "full_row_reduction": answer(SS, (STATS_LOOP, WHOLE_ROWS)),
         },
         "flash_forward": {
             "output_not_rescaled": answer(FF, (ACC, "acc = acc + weights @ v[..., k_start:k_stop, :]")),
@@ -217,12 +271,18 @@ def alternatives(answer):
     }
     by_item = {
         "online_softmax": {
-            "split and log-sum-exp": answer(SS, (answer(SS).split("def online_softmax")[1], '''(scores, block):
-    lse = torch.full(scores.shape[:-1], float("-inf"))
-    for part in torch.split(scores, block, dim=-1):
-        lse = torch.logaddexp(lse, torch.logsumexp(part, dim=-1))
-    return torch.exp(scores - lse.unsqueeze(-1))
-''')),
+            "split and log-sum-exp": answer(SS, ("def softmax_stats" + answer(SS).split("def softmax_stats")[1],
+                                                 LOG_DOMAIN)),
+            "a tree of pairwise merges": answer(SS, (answer(SS).split("def softmax_stats")[1].split(
+                "def online_softmax")[0], PAIRWISE.removeprefix("def softmax_stats"))),
+            "every block's statistics merged in one step": answer(SS, (answer(SS).split("def softmax_stats")[1].split(
+                "def online_softmax")[0], STACKED.removeprefix("def softmax_stats"))),
+            "float64 running statistics": answer(SS, ("maximum, total = torch.tensor(float(\"-inf\")), torch.tensor(0.0)",
+                                                      "maximum, total = torch.tensor(float(\"-inf\"), dtype=torch.float64), "
+                                                      "torch.tensor(0.0, dtype=torch.float64)"),
+                                                 ("for part in blocks:", "for part in (b.double() for b in blocks):"),
+                                                 (STATS_RETURN, STATS_RETURN.replace("return maximum, total",
+                                                                                     "return maximum.float(), total.float()"))),
             "float64 inside": answer(SS, ("return torch.exp(scores - maximum.unsqueeze(-1)) / total.unsqueeze(-1)",
                                           "return (torch.exp(scores.double() - maximum.double().unsqueeze(-1)) / "
                                           "total.double().unsqueeze(-1)).to(scores.dtype)")),

@@ -12,6 +12,10 @@ def merge_stats(max_a, sum_a, max_b, sum_b):
     return merged.maximum, merged.total
 
 
+def softmax_stats(blocks):
+    return tuple(reference.streamed_stats(blocks))
+
+
 def online_softmax(scores, block):
     return reference.online_softmax(scores, block)
 

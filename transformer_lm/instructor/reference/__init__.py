@@ -42,7 +42,7 @@ from transformer_lm.instructor.reference.gpt import (GPT, Block, GPTConfig, Mult
                                                      sampling_probabilities)
 from transformer_lm.instructor.reference.tiled import (FlashAttention, SoftmaxStats, flash_backward, flash_forward,
                                                        key_blocks, merge_softmax_stats, online_softmax, rescale,
-                                                       softmax_stats, tile_scores)
+                                                       softmax_stats, streamed_stats, tile_scores)
 
 __all__ = [
     # attention
@@ -51,7 +51,8 @@ __all__ = [
     # gpt
     "GPTConfig", "MultiHeadSelfAttention", "Block", "GPT", "sampling_probabilities", "sample_next_token",
     # tiled
-    "SoftmaxStats", "softmax_stats", "rescale", "merge_softmax_stats", "online_softmax", "key_blocks", "tile_scores",
+    "SoftmaxStats", "softmax_stats", "rescale", "merge_softmax_stats", "streamed_stats", "online_softmax", "key_blocks",
+    "tile_scores",
     "flash_forward", "flash_backward", "FlashAttention",
     # decoder
     "rope_inverse_frequencies", "rotate_half", "rope_cos_sin", "apply_rope", "repeat_kv", "sliding_window_mask",

@@ -41,12 +41,19 @@ def merge_softmax_stats(a: SoftmaxStats, b: SoftmaxStats) -> SoftmaxStats:
     return SoftmaxStats(maximum, a.total * rescale(a.maximum, maximum) + b.total * rescale(b.maximum, maximum))
 
 
+def streamed_stats(blocks) -> SoftmaxStats:
+    """The stats of each row of scores handed over as ``blocks`` (an iterable of ``(..., b)``
+    tensors), each read once and folded in: nothing longer than a block is ever held."""
+    stats = SoftmaxStats(torch.tensor(float("-inf")), torch.tensor(0.0))   # nothing seen yet; broadcasts
+    for block in blocks:
+        stats = merge_softmax_stats(stats, softmax_stats(block))
+    return stats
+
+
 def online_softmax(scores: torch.Tensor, block: int) -> torch.Tensor:
     """The softmax over the last dimension of ``scores`` ``(..., n)``, its stats gathered ``block``
     scores at a time, as a tiled attention does (it never needs a whole row at once)."""
-    stats = softmax_stats(scores[..., :block])
-    for start in range(block, scores.shape[-1], block):
-        stats = merge_softmax_stats(stats, softmax_stats(scores[..., start:start + block]))
+    stats = streamed_stats(scores.split(block, dim=-1))
     return torch.exp(scores - stats.maximum.unsqueeze(-1)) / stats.total.unsqueeze(-1)
 
 
