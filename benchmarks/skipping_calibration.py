@@ -45,7 +45,7 @@ import skipping_evasions as evasions  # noqa: E402
 from transformer_lm.timed_judges import OWN_FACTOR  # noqa: E402
 
 A = "05_efficient_attention"
-CHECKS = {"forward": "causal_skipping.0", "backward": "backward_memory.1"}
+CHECKS = {"forward": "causal_skipping.0", "backward": "backward_memory.3"}
 
 
 def answers() -> dict[str, tuple[dict[str, str], dict[str, str]]]:

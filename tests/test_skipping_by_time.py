@@ -10,7 +10,6 @@ no NaN reached an earlier row), every evasion here kept its point and the refusi
 import pytest
 
 import assignments
-import notebook_tools as tools
 import skipping_evasions as evasions
 from autograder.running import sandbox
 from honest_forward import FORWARD
@@ -29,11 +28,7 @@ def graded(tmp_path_factory):
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
     submissions = {"solution": SOLUTION, "refuses_non_finite": {**SOLUTION, "flash_forward": FORWARD["validating"]}}
     submissions |= {name: {**SOLUTION, gid: source} for name, (gid, source, _) in CHEATS.items()}
-    reports = tools.grade_class(ROW.name, tmp_path_factory.mktemp("course"),
-                                {name: tools.replace_solutions(ROW.release_path, cells)
-                                 for name, cells in submissions.items()})
-    return {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
-            for student, report in reports.items()}
+    return evasions.graded_items(ROW, tmp_path_factory.mktemp("course"), submissions)
 
 
 @pytest.mark.parametrize("student", ["solution", "refuses_non_finite"])

@@ -81,7 +81,7 @@ def test_the_visible_check_refuses_and_names_what_the_hidden_check_does(assignme
         problems.extend(f"a line wider than {WIDTH}: {line!r}" for line in too_wide(said, printed))
         return said
 
-    refused = [(name, source, catalog.BY_NAME[name]) for name, source in bank.mutants.get(grade_id, {}).items()]
+    refused = [(name, source, audit.mistake_of(name)) for name, source in bank.mutants.get(grade_id, {}).items()]
     refused += [(label, source, None) for label, source in bank.library.get(grade_id, [])]
     for label, source, mistake in refused:
         said = visible_failure(source)

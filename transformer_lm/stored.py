@@ -45,11 +45,24 @@ TENSOR, MISTAKE, PROBE, TUPLE, PAIRS, DATACLASS = ("__tensor__", "__mistake__", 
                                                    "__pairs__", "__dataclass__")
 
 
-def _encode(value, path: str, tensors: dict[str, torch.Tensor]):
-    """``value`` as JSON, its tensors moved into ``tensors`` under ``path``."""
+class _Tensors(dict):
+    """The tensors of a file by path, and the path each tensor object went under first: a tensor
+    that several places hold (a capped check's expected values, once for each grad mode) is stored
+    once."""
+
+    def __init__(self):
+        super().__init__()
+        self.path_of: dict[int, str] = {}
+
+
+def _encode(value, path: str, tensors: _Tensors):
+    """``value`` as JSON, its tensors moved into ``tensors`` under ``path`` (or the path they
+    already have there)."""
     if isinstance(value, torch.Tensor):
-        tensors[path] = value.detach().clone().contiguous()
-        return {TENSOR: path}
+        first = tensors.path_of.setdefault(id(value), path)
+        if first == path:
+            tensors[path] = value.detach().clone().contiguous()
+        return {TENSOR: first}
     if isinstance(value, catalog.Mistake):
         known = value.name in STUDENTS_CATALOGUE
         return {MISTAKE: value.name} if known else {MISTAKE: value.name, "title": value.title, "hint": value.hint}
@@ -99,7 +112,7 @@ def _decode(value, tensors: dict[str, torch.Tensor]):
 def save(data: dict, path: Path, **metadata: str) -> None:
     """Writes ``data`` (a dict of prepared checks, lists of them, and plain values) to ``path``;
     ``metadata`` adds plain strings to the file's header (who made it, say)."""
-    tensors: dict[str, torch.Tensor] = {}
+    tensors = _Tensors()
     encoded = _encode(data, "", tensors)
     save_file(tensors, str(path), metadata={**metadata, "stored": json.dumps(encoded)})
 

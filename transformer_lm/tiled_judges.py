@@ -111,6 +111,11 @@ TEXTS = {
                     "holds the whole score matrix, or a whole row of scores for a block of queries, does (the error "
                     "says which line).",
     "under_cap": "{call:call}, under the memory cap",
+    "in_modes": " (called three times: without autograd, with it on, and without it on inputs that require grad; "
+                "autograd records nothing in any of them)",
+    "no_grad": "without autograd",
+    "enable_grad": "with autograd on",
+    "no_grad_leaves": "without autograd, on inputs that require grad",
     "capped_passed": "Correct: at T={seq_q:number} the call fits under the memory cap, with the right values.",
 }
 """What the judges and checks of attention computed tile by tile say (:mod:`transformer_lm.verdict_texts`),

@@ -8,10 +8,12 @@ shared by all rows underflows there).
 Memory and work earn points only from facts the student's process cannot forge. Memory: the
 online softmax's ``softmax_stats`` reads rows of 100 MiB of scores, handed over 1 MiB at a time
 and made on demand, in a run capped at 48 MiB more than it held before its first cell (only a pass
-that folds each block in and lets it go fits), and its statistics are judged here; at
-T=8192 (one head's score matrix is 256 MiB in float32) the forward, and the backward, run in a run
-whose memory the kernel caps at 48 MiB more than it held before its first cell; a tiled pass
-needs a few MiB, and the values are judged here. Work: the CPU time the kernel counts for each
+that folds each block in and lets it go fits), and its statistics are judged here. The tiled
+forward, and the backward, with the mask and without, at two lengths drawn from the secret (3584
+to 4096, 7168 to 8192: one head's score matrix up to 256 MiB in float32), the forward without
+autograd, with it, and on inputs that require grad, run in a run whose memory the kernel caps at
+48 MiB more than it held before its first cell; a tiled pass needs a few MiB, and the values are
+judged here. Work: the CPU time the kernel counts for each
 call of ``flash_forward`` and of ``flash_backward`` under the causal mask, read by the sandbox's
 server around the call (:mod:`transformer_lm.instructor.timed_kinds`), against the same answer's
 without the mask and the course's code on the same inputs. A trace of
@@ -23,9 +25,8 @@ seed.
 
 from autograder.reading.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
-from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
-                                                   FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
-                                                   OnlineSoftmaxCheck, TileCase)
+from transformer_lm.instructor.tiled_kinds import (MEMORY_CAP, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
+                                                   MergeStatsCheck, OnlineSoftmaxCheck, TileCase, capped_checks)
 from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
 from transformer_lm.instructor.timed_kinds import TIMED, TIMED_BACKWARD, SkipTimeCheck
 
@@ -64,7 +65,7 @@ ITEMS = [
                                                                                                        SPREAD)),
          forbids=TILED, defines=("flash_forward",), builds_on=("online_softmax",)),
     Item("flash_memory", points=1, checks=(
-        CappedCheck("flash_forward", CAPPED_FULL, memory_cap=MEMORY_CAP),
+        *capped_checks("flash_forward"),
         Explains(FlashForwardCheck("flash_forward", MEMORY, "memory")),
         Explains(FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory")),
     ), forbids=TILED, answer="flash_forward"),
@@ -76,7 +77,7 @@ ITEMS = [
     Item("flash_backward", points=3, checks=tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
     Item("backward_memory", points=1, checks=(
-        CappedCheck("FlashAttention", CAPPED_CAUSAL, memory_cap=MEMORY_CAP, backward=True),
+        *capped_checks("FlashAttention", backward=True),
         SkipTimeCheck("flash_backward", TIMED_BACKWARD, backward=True),
         Explains(FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory")),
         Explains(FlashFunctionCheck("FlashAttention", MEMORY, "memory")),

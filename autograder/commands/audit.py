@@ -6,7 +6,7 @@ cell with each ``old`` text replaced by ``new`` (each must occur exactly once, s
 never silently drifts from the solution):
 
 * ``mutants(answer)``: for an item, answers that each make one catalogued mistake
-  (:mod:`transformer_lm.catalog`), by the mistake's name;
+  (:mod:`transformer_lm.catalog`), by the mistake's name (:func:`mistake_of`);
 * ``alternatives(answer)``: for an item, correct answers written another way (einsum for
   matmul, loops, ``reshape`` for ``view``, another fill than ``-inf``, ...), by a short label;
 * ``library(answer)``: for an item that forbids a library call, answers that make it (by name, or
@@ -85,7 +85,7 @@ class Case:
 
     @property
     def named(self) -> bool:
-        return self.item.mistake == catalog.BY_NAME[self.label].title
+        return self.item.mistake == mistake_of(self.label).title
 
     @property
     def collateral(self) -> list[str]:
@@ -119,6 +119,13 @@ class ItemAudit:
         return sum(not case.lost_points for case in self.alternatives)
 
 
+def mistake_of(label: str) -> catalog.Mistake:
+    """The catalogued mistake a mutant's label names: the mistake's name, or the name and, after a
+    colon, how this mutant makes it (``full_score_matrix: when causal``), where one mistake made in
+    several modes of a call needs a mutant for each."""
+    return catalog.BY_NAME[label.split(":")[0]]
+
+
 def answer_editor(solution: dict) -> Callable[..., str]:
     """``answer(grade_id, (old, new), ...)`` over the answer cells of ``solution``."""
     answers = cells.answers(solution["cells"])
@@ -148,7 +155,8 @@ def load_bank(course: Course, assignment: str, solution: dict) -> Bank:
     library = module.library(answer) if hasattr(module, "library") else {}
     bank = Bank(module.mutants(answer), module.alternatives(answer), library, getattr(module, "KNOWN_GAPS", {}),
                 getattr(module, "VISIBLE_GAPS", {}))
-    unknown = sorted({name for by_name in bank.mutants.values() for name in by_name} - set(catalog.BY_NAME))
+    named = {name.split(":")[0] for by_name in bank.mutants.values() for name in by_name}
+    unknown = sorted(named - set(catalog.BY_NAME))
     if unknown:
         raise GradingError(f"{path} names mistakes that are not in the catalogue: {unknown}")
     return bank

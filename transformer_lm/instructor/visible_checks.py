@@ -8,7 +8,7 @@ receive; they receive only what it stores.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
@@ -24,9 +24,9 @@ from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, M
                                              ParametersCheck, TransferCheck, function_check)
 from transformer_lm.prepared import Prepared
 from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
-from transformer_lm.instructor.tiled_kinds import (CAPPED_CAUSAL, CAPPED_FULL, MEMORY_CAP, CappedCheck, CausalWorkCheck,
-                                                   FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
-                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
+from transformer_lm.instructor.tiled_kinds import (MEMORY_CAP, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
+                                                   MergeStatsCheck, OnlineSoftmaxCheck, SkippedTilesCheck, TileCase,
+                                                   capped_checks)
 
 Entry = dict
 """One check of a group: ``{"name": what a message calls the answer, "check": Prepared}``, and
@@ -255,7 +255,7 @@ of one batch and head 256, and the output of every head 2,560."""
 TILED_LARGE_CASE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=1024, block_k=512)
 """Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
 (64 MiB in float32), a tile 524,288, q, k and v 16,384 each. (The memory cap, which sees every
-form of memory, is checked at the grader's size, ``CAPPED_FULL`` and ``CAPPED_CAUSAL``.)"""
+form of memory, is checked at the grader's lengths and modes, :func:`capped_checks`.)"""
 
 
 def each(name: str, *kinds) -> list[Entry]:
@@ -279,17 +279,18 @@ def _efficient_attention() -> dict[str, list[Entry]]:
                                                    for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE))),
         "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
                              FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "memory"),
-                             CappedCheck("flash_forward", CAPPED_FULL, memory_cap=MEMORY_CAP,
-                                         names_mistakes=False)),
+                             *capped_checks("flash_forward", names_mistakes=False)),
         # the trace's count first, which names one block too many; then the NaN key block, which no
         # inflated count can pass (the grader's check)
         "causal_skipping": each("flash_forward", CausalWorkCheck("flash_forward", TILED_MEMORY_CASE),
                                 SkippedTilesCheck("flash_forward", TILED_MEMORY_CASE)),
         "flash_backward": each("FlashAttention.backward", *(FlashFunctionCheck("FlashAttention", case)
                                                               for case in TILED_VALUE_CASES)),
+        # the trace with the mask and without (what the forward keeps may differ), then the cap
         "backward_memory": each("FlashAttention", FlashFunctionCheck("FlashAttention", TILED_MEMORY_CASE, "memory"),
-                                CappedCheck("FlashAttention", CAPPED_CAUSAL, memory_cap=MEMORY_CAP, backward=True,
-                                            names_mistakes=False))
+                                FlashFunctionCheck("FlashAttention", replace(TILED_MEMORY_CASE, causal=False),
+                                                   "memory"),
+                                *capped_checks("FlashAttention", backward=True, names_mistakes=False))
         + each("FlashAttention.backward", CausalWorkCheck("FlashAttention", TILED_MEMORY_CASE, backward=True))
         + each("FlashAttention", SkippedTilesCheck("FlashAttention", TILED_MEMORY_CASE, backward=True)),
     }

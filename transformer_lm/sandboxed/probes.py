@@ -23,8 +23,8 @@ import torch
 
 from transformer_lm.sandboxed.decoder import CacheOnlyDecoder, DecoderConfig, Refused, layer_arguments
 from transformer_lm.sandboxed.score_blocks import probe_streamed
-from transformer_lm.sandboxed.student_objects import (ProbeError, build, builtin_exception, kind_of, load_parameters,
-                                                      parts_of, plain)
+from transformer_lm.sandboxed.student_objects import (ProbeError, build, builtin_exception, in_grad_mode, kind_of,
+                                                      load_parameters, parts_of, plain)
 from transformer_lm.sandboxed.tensor_trace import held_by, tensors_in, trace_tensors
 
 # PyTorch's own modules that a student's class may be asked to copy its weights from.
@@ -220,10 +220,9 @@ def probe_factory(fn, kwargs: dict, x: torch.Tensor) -> dict[str, torch.Tensor]:
 def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
                  call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     """Calls ``fn(*inputs, **call_kwargs)`` once without gradients, under a
-    :class:`~transformer_lm.sandboxed.tensor_trace.TensorTrace`, and records what it returns, one
-    value per name of ``parts`` (``["output", "lse"]``), the trace as ``trace.*``, and as
-    ``trace.held`` the largest tensor its code reaches outside its arguments
-    (:func:`~transformer_lm.sandboxed.tensor_trace.held_by`)."""
+    :class:`~transformer_lm.sandboxed.tensor_trace.TensorTrace`, and records what it returns, one value per name of
+    ``parts`` (``["output", "lse"]``), the trace as ``trace.*``, and as ``trace.held`` the largest tensor its code
+    reaches outside its arguments (:func:`~transformer_lm.sandboxed.tensor_trace.held_by`)."""
     torch.manual_seed(0)
     arguments = [t.clone() for t in inputs.values()]
     with torch.no_grad(), trace_tensors() as trace:
@@ -231,14 +230,18 @@ def probe_traced(fn, inputs: dict[str, torch.Tensor], parts: list[str],
     return {**parts_of(result, parts), **trace.record("trace"), "trace.held": torch.tensor(held_by(fn))}
 
 
-def probe_parts(fn, inputs: dict[str, torch.Tensor], parts: list[str],
-                call_kwargs: dict | None = None) -> dict[str, torch.Tensor]:
-    """Calls ``fn(*inputs, **call_kwargs)`` once without gradients and untraced (at a size where
-    only the kernel's memory cap judges how), and records what it returns, one value per name of
-    ``parts``."""
+def probe_parts(fn, inputs: dict[str, torch.Tensor], parts: list[str], call_kwargs: dict | None = None,
+                modes: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """Calls ``fn(*inputs, **call_kwargs)`` untraced (where only the kernel's memory cap judges how), once without
+    gradients or once in each of ``modes`` (``GRAD_MODES``): records ``parts`` as they are or as ``<mode>.<part>``."""
     torch.manual_seed(0)
-    with torch.no_grad():
-        return parts_of(fn(*inputs.values(), **(call_kwargs or {})), parts)
+    record = {}
+    for mode in modes or ["no_grad"]:
+        grad_mode, arguments = in_grad_mode(mode, inputs.values())
+        with grad_mode:
+            found = parts_of(fn(*arguments, **(call_kwargs or {})), parts)
+        record.update({f"{mode}.{name}" if modes else name: value for name, value in found.items()})
+    return record
 
 
 def probe_causal_work(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call_kwargs: dict | None = None,
@@ -383,10 +386,9 @@ def raised_exception(cls, init: dict) -> str | None:
     return None
 
 
-PROBES = {probe.__name__: probe for probe in (probe_module, probe_load_from_torch, probe_generate, probe_cached_forward,
-                                              probe_sampler, probe_function, probe_transfer, probe_factory,
-                                              probe_traced, probe_parts, probe_causal_work, probe_autograd_function,
-                                              probe_gradients, probe_call,
-                                              probe_padding, probe_padded_generation, probe_streamed,
-                                              parameter_shapes, raised_exception)}
+PROBES = {probe.__name__: probe for probe in (
+    probe_module, probe_load_from_torch, probe_generate, probe_cached_forward, probe_sampler, probe_function,
+    probe_transfer, probe_factory, probe_traced, probe_parts, probe_causal_work, probe_autograd_function,
+    probe_gradients, probe_call, probe_padding, probe_padded_generation, probe_streamed, parameter_shapes,
+    raised_exception)}
 """The probes a call may name: nothing else of this module (or of anything) can be called by name."""

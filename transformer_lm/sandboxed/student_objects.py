@@ -15,6 +15,20 @@ from types import SimpleNamespace
 import torch
 
 
+GRAD_MODES = {"no_grad": (False, False), "enable_grad": (True, False), "no_grad_leaves": (False, True)}
+"""The modes a capped forward is called in, as (autograd on, the inputs require grad). In none of
+them does autograd record anything for the call, so a tiled pass holds the same in each: without
+gradients; with them on, on inputs that need none (a plain call in a notebook); and with them off,
+on inputs that need them (as ``torch.autograd.Function.forward`` receives its inputs). A call with
+both on would keep every tile for autograd, whatever the answer: no mode claims it."""
+
+
+def in_grad_mode(mode: str, tensors) -> tuple:
+    """The context of ``mode`` (:data:`GRAD_MODES`) and ``tensors`` as that mode hands them over."""
+    grad, leaves = GRAD_MODES[mode]
+    return torch.set_grad_enabled(grad), [t.detach().requires_grad_(leaves) for t in tensors]
+
+
 class ProbeError(Exception):
     """The student's object could not be probed; the message says why, for the student. The
     message never quotes a name the student's code chose (a class's, a function's, a

@@ -89,6 +89,23 @@ FULL_ROW_MAX = """row = q_tile @ k.transpose(-2, -1) * scale                    
                 row = row.masked_fill(torch.arange(T_k) > torch.arange(q_start, q_stop).unsqueeze(-1), float("-inf"))
             new_max = torch.maximum(row_max, row.amax(dim=-1))"""
 
+# The solution's forward that, when {when} holds, also keeps every tile of scores in one (B, H, T_q, T_k)
+# tensor for the whole call: the whole matrix in one mode of the call only.
+KEPT_WHEN = (SHAPES, SHAPES + "    kept = q.new_zeros(*q.shape[:-1], k.shape[-2]) if {when} else None\n"), \
+    (NEW_MAX, "if kept is not None:\n                kept[..., q_start:q_stop, k_start:k_stop] = scores\n"
+              "            " + NEW_MAX)
+MASK_PER_CALL = (SHAPES, SHAPES + "    future = torch.ones(T_q, k.shape[-2], dtype=torch.bool).triu(1) if causal "
+                                  "else None\n"), \
+    (MASK_FILL, MASK_FILL.replace("cols > rows", "future[q_start:q_stop, k_start:k_stop]"))
+WEIGHTS_WITHOUT_MASK = (SAVE, SAVE + "\n        if not causal:\n            ctx.weights = torch.exp("
+                              "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - lse.unsqueeze(-1))")
+
+
+def kept_when(answer, when: str) -> str:
+    """The forward of :data:`KEPT_WHEN`, holding every score when ``when`` holds."""
+    return answer(FF, *((old, new.replace("{when}", when)) for old, new in KEPT_WHEN))
+
+
 # The forward of the issue's example: every key block concatenated, one softmax (written by hand)
 # over the whole row. Right values, (T_q, T_k) memory.
 CONCATENATED = '''def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
@@ -234,6 +251,12 @@ def mutants(answer):
                                                      "[..., q_start:q_stop, k_start:k_stop]")),
             # each query's maximum over its whole row of (visible) keys, recomputed for every tile
             "full_row_reduction": answer(FF, (NEW_MAX, FULL_ROW_MAX)),
+            # the whole matrix in one mode of the call: each is capped in every mode, at two lengths
+            "full_score_matrix: when causal": kept_when(answer, "causal"),
+            "full_score_matrix: with autograd off": kept_when(answer, "not torch.is_grad_enabled()"),
+            "full_score_matrix: below 8192 queries": kept_when(answer, "q.shape[-2] < 8192"),
+            # a forward mistake: it costs flash_memory alone (backward_memory is graded on the course's forward)
+            "full_score_matrix: a T x T causal mask per call": answer(FF, *MASK_PER_CALL),
         },
         "causal_skipping": {
             "future_blocks_computed": answer(FF, (KEY_LOOP, "for k_start in range(0, T_k, block_k):")),
@@ -250,6 +273,7 @@ def mutants(answer):
             "backward_full_matrix": answer(FB, (BACKWARD_SCORES, "scores = (q @ k.transpose(-2, -1) * scale)"
                                                                  "[..., q_start:q_stop, k_start:k_stop]")),
             "saves_more_than_needed": answer(FB, (SAVE, SAVE + "\n        ctx.scores = q @ k.transpose(-2, -1)")),
+            "saves_more_than_needed: without the mask": answer(FB, WEIGHTS_WITHOUT_MASK),
             "future_blocks_computed": answer(FB, (KEY_LOOP, "for k_start in range(0, T_k, block_k):")),
         },
     }
