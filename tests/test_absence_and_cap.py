@@ -16,7 +16,7 @@ import pytest
 
 import notebook_tools as tools
 from autograder.running import kept_blocks, runner
-from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL
+from transformer_lm.instructor.capped_kinds import CAPPED_CAUSAL
 
 HARNESS = runner.HARNESS.parent
 """The folder the harness is imported from, as a run imports it (``from harness import ...``)."""
@@ -215,7 +215,7 @@ def test_what_holds_the_kernels_out_cannot_be_undone_from_python(attack):
 
 
 CAPPED = textwrap.dedent('''
-    from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL as C, MEMORY_CAP
+    from transformer_lm.instructor.capped_kinds import CAPPED_CAUSAL as C, MEMORY_CAP
     T, SCORES = C.seq_q, C.seq_q * C.seq_k * 4     # the capped checks' size; its float32 score matrix in bytes
 ''')
 """What the tests below take from the capped checks: their size and their cap."""

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from transformer_lm import capped_call
-from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL as CASE, MEMORY_CAP
+from transformer_lm.instructor.capped_kinds import CAPPED_CAUSAL as CASE, MEMORY_CAP
 
 
 def tiled_row_maxima():

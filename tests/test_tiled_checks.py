@@ -10,7 +10,7 @@ import notebook_tools as tools
 from autograder.reading.course import Course, generator_for, load_items
 from live_checks import visible
 from transformer_lm import catalog
-from transformer_lm.instructor import mistakes, reference, stream_kinds, tiled_kinds
+from transformer_lm.instructor import capped_kinds, mistakes, reference, stream_kinds, tiled_kinds
 from transformer_lm.sandboxed import score_blocks
 from transformer_lm.flaws import TilingFlaws
 from transformer_lm.judging import CheckFailed
@@ -182,10 +182,10 @@ def test_the_capped_checks_exact_values_by_blocks_are_exact_attentions(causal):
                                 causal=causal)
     tensors = case.tensors(torch.Generator().manual_seed(3))
     plain = tiled_kinds.exact_attention(tensors["q"], tensors["k"], tensors["v"], causal)
-    by_blocks = tiled_kinds.exact_by_query_blocks(tensors, causal, gradients=False, rows=7)
+    by_blocks = capped_kinds.exact_by_query_blocks(tensors, causal, gradients=False, rows=7)
     for name in ("output", "lse"):
         torch.testing.assert_close(by_blocks[name], plain[name], rtol=1e-6, atol=1e-6)
-    with_gradients = tiled_kinds.exact_by_query_blocks(tensors, causal, gradients=True, rows=7)
+    with_gradients = capped_kinds.exact_by_query_blocks(tensors, causal, gradients=True, rows=7)
     torch.testing.assert_close(with_gradients["output"], plain["output"], rtol=1e-6, atol=1e-6)
     for name, gradient in tiled_kinds.exact_gradients(tensors, causal).items():
         torch.testing.assert_close(with_gradients[name], gradient, rtol=1e-6, atol=1e-6)

@@ -21,7 +21,7 @@ import pytest
 from autograder.running import runner, sandbox
 from autograder.running.harness.guard import TAMPERED_EXIT
 from autograder.running.run_reply import exit_code
-from transformer_lm.instructor.tiled_kinds import CAPPED_CAUSAL, MEMORY_CAP
+from transformer_lm.instructor.capped_kinds import CAPPED_CAUSAL, MEMORY_CAP
 from warm_runs import plan, printed, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,8 +25,9 @@ seed.
 
 from autograder.reading.spec import Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
-from transformer_lm.instructor.tiled_kinds import (MEMORY_CAP, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
-                                                   MergeStatsCheck, OnlineSoftmaxCheck, TileCase, capped_checks)
+from transformer_lm.instructor.capped_kinds import MEMORY_CAP, capped_checks
+from transformer_lm.instructor.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
+                                                   OnlineSoftmaxCheck, TileCase)
 from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
 from transformer_lm.instructor.timed_kinds import TIMED, TIMED_BACKWARD, SkipTimeCheck
 

@@ -4,7 +4,7 @@
 The answer is handed a generator that makes each block of scores only when it is asked for
 (:func:`transformer_lm.sandboxed.score_blocks.score_blocks`, built in the run from a seed per
 block and a few numbers the plan gives). At :data:`STREAMED`'s size the rows hold about 100 MiB of
-scores, twice the memory cap of the run (:data:`transformer_lm.instructor.tiled_kinds.MEMORY_CAP`),
+scores, twice the memory cap of the run (:data:`transformer_lm.instructor.capped_kinds.MEMORY_CAP`),
 so an answer that keeps the blocks runs out of memory, while one that folds each block into running
 statistics holds a block or two (1 MiB each). The statistics it returns are judged here against
 float64 ones, computed a block at a time from the same seeds: a run that forges its report cannot

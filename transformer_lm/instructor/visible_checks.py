@@ -24,9 +24,9 @@ from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, M
                                              ParametersCheck, TransferCheck, function_check)
 from transformer_lm.prepared import Prepared
 from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
-from transformer_lm.instructor.tiled_kinds import (MEMORY_CAP, CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck,
-                                                   MergeStatsCheck, OnlineSoftmaxCheck, SkippedTilesCheck, TileCase,
-                                                   capped_checks)
+from transformer_lm.instructor.capped_kinds import MEMORY_CAP, capped_checks
+from transformer_lm.instructor.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
+                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
 
 Entry = dict
 """One check of a group: ``{"name": what a message calls the answer, "check": Prepared}``, and
