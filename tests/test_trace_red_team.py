@@ -272,8 +272,8 @@ def library_attention(kernel: str):
 
 
 TENSOR, HELD, COMBINED, WORK = "created a tensor of shape", "held every block at once", "combined", "work with causal=True"
-OUTSIDE, PROCESS, UNTRACED, FORBIDDEN = "a cap the kernel enforces", "starts no process", "dispatcher hidden", \
-    "while it was checked"
+OUTSIDE, PROCESS, PIPE, UNTRACED, FORBIDDEN = "a cap the kernel enforces", "starts no process", "makes no pipe", \
+    "dispatcher hidden", "while it was checked"
 """What the message of the check an evasion meets says: it was refused for what it did."""
 
 EVASIONS = {
@@ -306,7 +306,8 @@ EVASIONS = {
     "scores_as_python_bytes": ("flash_memory", OUTSIDE,
                                keeping(lambda q, k, b: [r.numpy().tobytes() for r in score_rows(q, k, b)])),
     "scores_only_at_a_large_t": ("flash_memory", TENSOR, keeping(only_at_a_large_t)),
-    "scores_in_a_child_process": ("flash_memory", PROCESS, keeping(in_a_child_process)),
+    # subprocess makes the child's pipes before it starts the child: the pipes are refused first
+    "scores_in_a_child_process": ("flash_memory", PIPE, keeping(in_a_child_process)),
     "a_forked_child": ("flash_memory", PROCESS, keeping(forked)),
     "scores_with_the_dispatch_mode_off": ("flash_memory", UNTRACED, keeping(dispatch_turned_off)),
     # a forbidden kernel reached by a name no list of names holds
@@ -327,7 +328,7 @@ def test_every_evasion_is_refused_by_the_check_it_cheats_on(name):
 
 
 def test_the_red_team_is_large_enough_in_every_class_of_hole():
-    classes = {"memory": {TENSOR, OUTSIDE, PROCESS, UNTRACED}, "reductions": {HELD, COMBINED}, "work": {WORK},
+    classes = {"memory": {TENSOR, OUTSIDE, PROCESS, PIPE, UNTRACED}, "reductions": {HELD, COMBINED}, "work": {WORK},
                "forbidden routes": {FORBIDDEN}}
     counts = {name: sum(reason in reasons for _, reason, _ in EVASIONS.values()) for name, reasons in classes.items()}
     assert sum(counts.values()) == len(EVASIONS) >= 20 and min(counts.values()) >= 3, counts

@@ -35,8 +35,11 @@ multiply-adds. With six blocks (T = 768) the cost of handing a window its inputs
 more that the honest answers and the evasions came within 3% of each other."""
 TIMED_BACKWARD = replace(TIMED, dim=512)
 """Where a backward is timed: three products of each tile's features, q and k 2 MiB each."""
-REPEATS = 3
-"""Windows with the mask, and as many without: the fastest of each is judged."""
+REPEATS = 5
+"""Windows with the mask, and as many without, in turn: the fastest of each is judged. With three, a
+fresh clone's test run (two test workers beside each other's sandboxes) once let an answer that
+sweeps dk and dv over every tile through: a moment of load on its calls without the mask made
+their fastest slow, and so its ratio small. The fastest of five is less often caught by it."""
 REFERENCE_REPEATS = 5
 """How many times the course's code makes each window's call: its figure, made once per sandbox
 and compared with every answer's, is the fastest of many, so that a moment of load when it was
