@@ -176,16 +176,22 @@ def refusal(name: str, why: str):
     return refused
 
 
-def kernel_held_stand_ins() -> dict[int, tuple[object, object]]:
-    """Each function of :data:`KERNEL_HELD_FUNCTIONS` this Python has, by id: (it, its refusal)."""
+def stand_ins(functions: dict[str, tuple[str, ...]], why: str, find) -> dict[int, tuple[object, object]]:
+    """Each of ``functions`` (module name -> names) that the module ``find(name)`` gives has, by id:
+    (it, a refusal that says ``why``), for :func:`replace_in`."""
     found = {}
-    for module, names in KERNEL_HELD_FUNCTIONS.items():
-        loaded = importlib.import_module(module)
+    for module, names in functions.items():
         for name in names:
-            original = getattr(loaded, name, None)
+            original = getattr(find(module), name, None)
             if original is not None:
-                found[id(original)] = (original, refusal(f"{module}.{name}", KERNEL_HELD))
+                found[id(original)] = (original, refusal(f"{module}.{name}", why))
     return found
+
+
+def kernel_held_stand_ins() -> dict[int, tuple[object, object]]:
+    """Each function of :data:`KERNEL_HELD_FUNCTIONS` this Python has, by id: (it, its refusal). Their
+    modules are imported if need be: one loaded later would bring its functions back."""
+    return stand_ins(KERNEL_HELD_FUNCTIONS, KERNEL_HELD, importlib.import_module)
 
 
 def replace_in(modules, found: dict[int, tuple[object, object]]) -> None:

@@ -24,6 +24,8 @@ REFUSED = memory_cap.PROCESS_EVENTS | memory_cap.MAPPING_EVENTS | {"_thread.star
 """Audit events a grading run refuses: a run makes no processes and no threads, and maps no memory
 (which no measure of what a call holds would count)."""
 FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+REFUSED_WHY = "a grading run starts no threads or programs and handles no signals ({})"
+"""What a refused function of :data:`REFUSED_FUNCTIONS` says."""
 CAPPED = (memory_cap.KERNEL_HELD_EVENTS, memory_cap.GROW_PIPE)
 """What else a capped run refuses: what the kernel would hold bytes in outside its cap."""
 UNCAPPED = (frozenset(), ("", None))
@@ -100,17 +102,4 @@ event, and handling signals (a handler runs in the middle of the grader's own co
 def _refuse(functions: dict[str, tuple[str, ...]]) -> None:
     """Replaces each of ``functions`` (module name -> names), wherever a loaded module holds it, by
     a function that refuses; the originals are dropped (loading their module again is refused)."""
-    found = {}
-    for module, names in functions.items():
-        for name in names:
-            original = getattr(sys.modules.get(module), name, None)
-            if original is not None:
-                found[id(original)] = (original, _refusal(f"{module}.{name}"))
-    replace_everywhere(found)
-
-
-def _refusal(name: str):
-    def refused(*args, **kwargs):
-        raise PermissionError(f"a grading run starts no threads or programs and handles no signals ({name})")
-
-    return refused
+    replace_everywhere(memory_cap.stand_ins(functions, REFUSED_WHY, sys.modules.get))
