@@ -20,6 +20,7 @@ costs as much as computing every tile once.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -28,13 +29,12 @@ from transformer_lm import catalog
 from transformer_lm.judging import Computed, Verdict
 from transformer_lm.verdict_texts import render
 
-OWN_FACTOR = 1.35
-"""How many times the course's ratio (its causal call's CPU time over its call without the mask)
-an answer's may be. At the timed sizes (eight blocks of each: 36 of 64 tiles) the course's ratio
-came to 0.62 to 0.69; over four sessions on a shared two-core machine, loaded or not and beside a
-spinning process or not, the honest answers of the corpus reached at most 1.32 times it, those
-that compute every tile under the mask at least 1.42 times it (``benchmarks/skipping_calibration.py``;
-docs/grading.md gives the figures, and how thin the margins are)."""
+OWN_FACTOR = 1.28
+"""How many times the course's ratio (:func:`paired_ratio` of its calls) an answer's may be. At the
+timed sizes (eight blocks of each: 36 of 64 tiles) the course's ratio came to 0.67 to 0.71; on a
+two-core machine, quiet and beside a spinning process, the honest answers of the corpus reached at
+most 1.16 times it, those that compute the tiles under the mask at least 1.45 times it
+(``benchmarks/skipping_calibration.py``; docs/grading.md gives the figures and the margins)."""
 
 TEXTS = {
     "unclocked": "{call:call}: the grader could not time the call (a window of it ended out of order), so it "
@@ -55,8 +55,8 @@ class SkipTimeJudge:
     """A tiled call (``call``) timed window by window. Its windows with the mask (``causal``) must
     give the values ``values`` judges (it makes a :class:`~transformer_lm.judging.RecordJudge` for
     each, naming a catalogued mistake, when first asked: exact values at this size take the grader
-    a second to make); the fastest of them, over the fastest window without the mask (``full``), may
-    be at most :data:`OWN_FACTOR` times the course's ratio on the same inputs (``reference.own``).
+    a second to make); their CPU time, each over the window without the mask after it (``full``:
+    :func:`paired_ratio`), may be at most :data:`OWN_FACTOR` times the course's ratio on the same inputs (``reference.own``).
     ``share``: the share of the tiles a causal call visits."""
 
     call: str
@@ -86,12 +86,31 @@ class SkipTimeJudge:
         return {name.split(".", 1)[1]: t for name, t in record.items() if name.startswith(f"w{window}.")}
 
     def figures(self, record: dict[str, torch.Tensor]) -> tuple[float, float] | None:
-        """The fastest causal window's CPU time over the fastest window without the mask, and the
-        course's ratio; None when a window counted for nothing."""
-        seconds = {window: float(record[f"clock.w{window}"]) for window in self.causal + self.full}
-        if any(math.isnan(s) for s in seconds.values()):
+        """The answer's ratio (:func:`paired_ratio` of its windows, in the order they ran) and the
+        course's; None when a window counted for nothing."""
+        seconds = [float(record[f"clock.w{window}"]) for window in sorted(self.causal + self.full)]
+        if any(math.isnan(s) for s in seconds):
             return None
         course = float(record["reference.own"])
         if not course > 0:
             raise ValueError("the course's code was not timed in this sandbox")
-        return min(seconds[w] for w in self.causal) / min(seconds[w] for w in self.full), course
+        return paired_ratio(seconds, [window in self.causal for window in sorted(self.causal + self.full)]), course
+
+
+def paired_ratio(seconds: list[float], causal: list[bool]) -> float:
+    """The median, over each causal call and the call without the mask made next after it, of the
+    first's CPU time over the second's (``seconds`` and ``causal`` in the order the calls ran).
+
+    Why pairs and a median: a single call's CPU time on a shared machine drifts by a quarter from one
+    moment to the next (other processes, the host's clock speed), while two calls made one after the
+    other drift together; a pair's ratio keeps what the mask saved and loses the drift, and the
+    median leaves out the pair that a moment of load split. The fastest causal call over the
+    fastest without the mask, taken at different moments, let a moment of load decide."""
+    ratios, waiting = [], None
+    for spent, masked in zip(seconds, causal):
+        if masked:
+            waiting = spent
+        elif waiting is not None:
+            ratios.append(waiting / spent)
+            waiting = None
+    return statistics.median(ratios) if ratios else math.nan

@@ -22,6 +22,7 @@ from autograder.running import journal
 from autograder.running.harness.clock import FIGURES
 from autograder.running.run_reply import exit_code, load_record
 from transformer_lm.prepared import Clocked, Prepared
+from transformer_lm.timed_judges import paired_ratio
 
 FOLDER = "clocked"
 """Where, in the folder that only the server reads, the windows' inputs wait."""
@@ -88,15 +89,15 @@ def _figures(read) -> dict:
 
 
 def with_reference(record: dict[str, torch.Tensor], own: float) -> dict[str, torch.Tensor]:
-    """``record`` with the course's figure beside it: its fastest causal window's CPU time over its
-    fastest window without the mask (``reference.own``)."""
+    """``record`` with the course's figure beside it (``reference.own``: its
+    :func:`~transformer_lm.timed_judges.paired_ratio`)."""
     return {**record, "reference.own": torch.tensor(own, dtype=torch.float64)}
 
 
 def reference_figures(worker, prepared: dict[str, Prepared], code: dict, limits,
                       out: str) -> dict[str, float]:
-    """For each timed probe of ``prepared``, the course's fastest causal window's CPU time over its
-    fastest window without the mask (NaN when a window did not count), from a run of the course's
+    """For each timed probe of ``prepared``, the course's ratio of its causal windows' CPU time to its
+    windows' without the mask (:func:`~transformer_lm.timed_judges.paired_ratio`; NaN when a window did not count), from a run of the course's
     code (``code``, standing in for each check's ``stands_in``) in the worker's sandbox, under the
     ``limits`` of the answers' runs (what they take out of PyTorch, the memory cap and its
     allocator); ``out`` is the results folder as the worker reads it. Made once per sandbox: a fresh
@@ -120,9 +121,8 @@ def reference_figures(worker, prepared: dict[str, Prepared], code: dict, limits,
     figures = {}
     for pid, prep in prepared.items():
         seconds = found.get(pid + REFERENCE, [])
-        fastest = [min((s for window, s in zip(prep.clocked.reference, seconds)
-                        if prep.clocked.windows[window]["causal"] is causal and isinstance(s, int)), default=math.nan)
-                   for causal in (True, False)]
-        figures[pid] = fastest[0] / fastest[1] if len(seconds) == len(prep.clocked.reference) else math.nan
+        causal = [prep.clocked.windows[window]["causal"] for window in prep.clocked.reference]
+        counted = len(seconds) == len(causal) and all(isinstance(s, int) for s in seconds)
+        figures[pid] = paired_ratio(seconds, causal) if counted else math.nan
     KEPT[worker] = (worker.session, figures)
     return figures

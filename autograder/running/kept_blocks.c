@@ -6,7 +6,8 @@
    attention pass at the capped checks' size spends most of its time there. Loaded into the grader's
    sandbox (LD_PRELOAD) and switched on by the cap, this allocator serves those blocks itself, one
    mapping each, and keeps up to a bounded number of bytes of freed ones for the next request of the
-   same size. Kept blocks are mapped, so the kernel counts them: a run can hold nothing uncounted.
+   same size: the most recently freed, the oldest given back to make room (a block of a size no loop asks
+   for again would otherwise hold the room for good, and every tile after it be faulted in afresh). Kept blocks are mapped, so the kernel counts them: a run can hold nothing uncounted.
    Before any allocation is refused (a mapping, or glibc's malloc returning NULL), every kept block is
    given back and the allocation tried again, so what the cap refuses is what it refused without
    this allocator: an allocation that does not fit beside what is alive.
@@ -105,17 +106,35 @@ static uintptr_t map_block(size_t length) {   /* a fresh private mapping, or 0 *
     return mapped == MAP_FAILED ? 0 : (uintptr_t)mapped;
 }
 
-static uintptr_t take_kept(size_t length) {
-    for (size_t i = 0; i < kept_count; i++)
+static void forget_kept(size_t i) {   /* with the lock held: entry i leaves the list, the order of the rest kept */
+    kept_bytes -= kept_length[i];
+    kept_count--;
+    memmove(&kept[i], &kept[i + 1], (kept_count - i) * sizeof kept[0]);
+    memmove(&kept_length[i], &kept_length[i + 1], (kept_count - i) * sizeof kept_length[0]);
+}
+
+static uintptr_t take_kept(size_t length) {   /* the most recently freed block of this length, or 0 */
+    for (size_t i = kept_count; i-- > 0;)
         if (kept_length[i] == length) {
             uintptr_t base = kept[i];
-            kept_count--;
-            kept[i] = kept[kept_count];
-            kept_length[i] = kept_length[kept_count];
-            kept_bytes -= length;
+            forget_kept(i);
             return base;
         }
     return 0;
+}
+
+static void keep(uintptr_t base, size_t length) {   /* with the lock held: the oldest kept blocks make room */
+    if (length > kept_limit) {
+        munmap((void *)base, length);
+        return;
+    }
+    while (kept_count == KEPT || kept_bytes + length > kept_limit) {
+        munmap((void *)kept[0], kept_length[0]);
+        forget_kept(0);
+    }
+    kept[kept_count] = base;
+    kept_length[kept_count++] = length;
+    kept_bytes += length;
 }
 
 static void *served(size_t size, int zeroed) {
@@ -154,13 +173,7 @@ static size_t released(void *pointer) {   /* the block's length if it was served
     length = live_find(base, &slot);
     if (length) {
         live_remove(slot);
-        if (kept_count < KEPT && kept_bytes + length <= kept_limit) {
-            kept[kept_count] = base;
-            kept_length[kept_count++] = length;
-            kept_bytes += length;
-        } else {
-            munmap((void *)base, length);
-        }
+        keep(base, length);
     }
     pthread_mutex_unlock(&lock);
     return length;

@@ -15,7 +15,7 @@ the backward's features are half the forward's, so that a backward kept in float
 from __future__ import annotations
 
 import math
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
@@ -31,19 +31,28 @@ from transformer_lm.timed_judges import SkipTimeJudge
 TIMED = TileCase(batch=1, heads=1, seq_q=1024, seq_k=1024, dim=1024, dim_v=8, block_q=128, block_k=128, causal=True)
 """Where a forward is timed: eight blocks of each, 36 of 64 tiles visited under the mask, so that
 computing them all costs nearly twice as much; q and k 4 MiB each, a tile's scores 17 million
-multiply-adds. With six blocks (T = 768) the cost of handing a window its inputs weighs so much
-more that the honest answers and the evasions came within 3% of each other."""
-TIMED_BACKWARD = replace(TIMED, dim=512)
-"""Where a backward is timed: three products of each tile's features, q and k 2 MiB each."""
+multiply-adds, which outweigh the softmax's work on them: an answer that makes every tile's scores
+and skips only the rest is caught too. With six blocks (T = 768) the cost of handing a window its
+inputs weighs so much more that the honest answers and the evasions came within 3% of each other;
+at T = 2048 with 128 features an answer that makes every tile's scores came within 3% of the
+limit."""
+TIMED_BACKWARD = TileCase(batch=1, heads=1, seq_q=2048, seq_k=2048, dim=128, dim_v=8, block_q=256, block_k=256,
+                          causal=True)
+"""Where a backward is timed: eight blocks of each again. A tile's work there is three products of its
+features and the softmax's on its scores, all of which a call may skip, while what it must do whatever
+tiles it visits (take its inputs, allocate its gradients, send its record) grows with T times the
+features: so T is long and q and k have 128 features (1 MiB each). At T = 1024 with 512 features (the
+same products, twice the inputs) a backward that sweeps dk and dv over every tile and skips only dq's
+products took 1.37 times the course's ratio, two points above the limit; here 1.47."""
 REPEATS = 5
-"""Windows with the mask, and as many without, in turn: the fastest of each is judged. With three, a
-fresh clone's test run (two test workers beside each other's sandboxes) once let an answer that
-sweeps dk and dv over every tile through: a moment of load on its calls without the mask made
-their fastest slow, and so its ratio small. The fastest of five is less often caught by it."""
+"""Windows with the mask, and as many without, in turn: the median of the five pairs' ratios is judged
+(:func:`~transformer_lm.timed_judges.paired_ratio`). With the fastest of three of each, a fresh
+clone's test run (two test workers beside each other's sandboxes) once let an answer that sweeps dk
+and dv over every tile through, and with the fastest of five, once again."""
 REFERENCE_REPEATS = 5
 """How many times the course's code makes each window's call: its figure, made once per sandbox
-and compared with every answer's, is the fastest of many, so that a moment of load when it was
-made does not move every answer's limit."""
+and compared with every answer's, is the median of twenty-five pairs, so that a moment of load
+when it was made does not move every answer's limit."""
 FORWARD_NAMES = ("q", "k", "v")
 BACKWARD_NAMES = ("q", "k", "v", "out", "lse", "grad_out")
 
