@@ -2,7 +2,8 @@
 written in the styles of public code (``tests/honest_softmax.py``, ``honest_forward.py`` and
 ``honest_backward.py``), which must get every point with no flag, and submissions that cheat on
 memory, work or the forbidden library, each with the items it must lose (those that compute the
-tiles the causal mask hides, made safe against NaN, come from ``tests/skipping_evasions.py``).
+tiles the causal mask hides, made safe against NaN, come from ``tests/skipping_evasions.py``, and
+those that hold a whole matrix in one mode of the call only from ``tests/memory_evasions.py``).
 ``tests/test_outside_truth.py`` grades both lists as one class.
 """
 
@@ -17,6 +18,7 @@ from hostile_class import add_cell, replace
 from honest_backward import BACKWARD
 from honest_forward import FORWARD
 from honest_softmax import SOFTMAX
+import memory_evasions
 import skipping_evasions
 
 A = "05_efficient_attention"
@@ -143,6 +145,7 @@ HONEST = {
     "h31_log_domain_vmap": ("plain", "log_domain", "vmap", "options"),
     "h32_nanogpt_fairseq": ("fairseq", "nanogpt", "fairseq", "plain"),
     "h33_validating_tiles": ("plain", "validating_tiles", "nanogpt", "plain"),
+    "h34_validating": ("plain", "validating", "nanogpt", "plain"),
 }
 
 
@@ -360,7 +363,16 @@ def attacks(good: dict) -> list[Submission]:
               for name, source in skipping_evasions.forward_evasions().items()]
     found += [Submission(f"a19_{name}", replace(good, "flash_backward", source), {"backward_memory"})
               for name, source in skipping_evasions.backward_evasions().items()]
+    found += [Submission(f"a20_{name}", replace(good, "flash_forward", source), {"flash_memory"})
+              for name, source in memory_evasions.forward_evasions().items()]
+    found += [Submission(f"a21_{name}", replace(good, "flash_backward", source), {"backward_memory"})
+              for name, source in memory_evasions.backward_evasions().items()]
     return found
+
+
+MEASURED = ("a18_", "a19_", "a20_", "a21_")
+"""The attacks judged by what the kernel measures (CPU time, memory under the cap): each loses the item it
+cheats on and no other (``tests/skipping_evasions.py``, ``tests/memory_evasions.py``)."""
 
 
 def _answer(notebook: dict, gid: str) -> str:

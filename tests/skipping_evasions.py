@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import notebook_tools as tools
 from autograder.reading.cells import grade_id
 
 SOURCE = Path(__file__).resolve().parents[1] / "source" / "05_efficient_attention" / "efficient_attention.ipynb"
@@ -29,17 +28,6 @@ def solution_cell(gid: str) -> str:
     """The answer cell ``gid`` of the solution notebook."""
     notebook = json.loads(SOURCE.read_text())
     return "".join(next(c for c in notebook["cells"] if grade_id(c) == gid)["source"])
-
-
-def graded_items(assignment, course_root, submissions: dict[str, dict[str, str]]) -> dict[str, dict]:
-    """Grades ``submissions`` (student -> answer cells by grade_id, in the release of ``assignment``,
-    a row of ``tests/assignments.py``) as one class: each student's items by grade_id, and its
-    report under ``""``."""
-    reports = tools.grade_class(assignment.name, course_root,
-                                {name: tools.replace_solutions(assignment.release_path, cells)
-                                 for name, cells in submissions.items()})
-    return {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
-            for student, report in reports.items()}
 
 
 def edited(source: str, *changes: tuple[str, str]) -> str:

@@ -1,7 +1,19 @@
 """Assignment 05 graded against a truth known from outside the grader (``tests/outside_truth_class.py``):
 honest tiled attention in the styles of public code gets every point with no flag, and each
 submission that cheats on memory, work or the forbidden library loses the items it cheats on. Both
-lists are graded as one class, once, with two workers, through the real pipeline."""
+lists are graded as one class, once, with two workers, through the real pipeline.
+
+The attacks judged by what the kernel measures lose the item they cheat on and no other:
+* each way of computing the tiles the causal mask hides while keeping NaN out of the earlier rows
+  (``a18_``, ``a19_``) loses ``causal_skipping`` or ``backward_memory``, named for its CPU time;
+  against the grader before the work was timed (which fed a key block of NaN and passed a call when
+  no NaN reached an earlier row), every one kept its point, and an answer that refuses non-finite
+  inputs (``h34_validating``) lost two;
+* each answer that holds a whole T x T matrix in one mode only (with the causal mask, with autograd
+  on, on inputs that require grad, below the documented length, in the backward without the mask)
+  or makes one T x T causal mask per call (``a20_``, ``a21_``) loses the memory item of the answer it
+  cheats in; against the grader before (the forward capped only without the mask and the backward
+  only with it, both at T = 8192 and without autograd), every one kept it."""
 
 import json
 
@@ -15,7 +27,7 @@ A = truth.A
 GOOD = truth.solution()
 HONEST = truth.honest(GOOD)
 ATTACKS = truth.attacks(GOOD)
-pytestmark = pytest.mark.timeout(1500)   # grading 55 notebooks of assignment 05 on two workers (about 5 minutes)
+pytestmark = pytest.mark.timeout(1800)   # grading 66 notebooks of assignment 05 on two workers (about 6 minutes)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +71,21 @@ def test_an_attack_loses_every_item_it_cheats_on(graded, student):
     assert not kept, kept
 
 
-VISIBLE = HONEST[::5] + ATTACKS
-"""Six honest notebooks of different styles, and every attack: their visible test cells."""
+@pytest.mark.parametrize("student", [s.student for s in ATTACKS if s.student.startswith(truth.MEASURED)])
+def test_a_measured_attack_loses_its_item_and_no_other(graded, student):
+    [lost] = next(s for s in ATTACKS if s.student == student).lost
+    items = items_of(graded[student])
+    assert items[lost]["score"] == 0 and items[lost]["status"] == "failed", items[lost]
+    if student.startswith(("a18_", "a19_")):
+        assert items[lost]["mistake"] == "key blocks wholly in the future computed under the causal mask", items[lost]
+        assert "of the CPU time" in items[lost]["message"], items[lost]["message"]
+    kept = {gid: item["message"][:200] for gid, item in items.items() if gid != lost and item["status"] != "passed"}
+    assert not kept, kept
+
+
+VISIBLE = HONEST[::5] + [s for s in ATTACKS if not s.student.startswith(("a20_", "a21_"))]
+"""Seven honest notebooks of different styles, and every attack but those on memory in one mode (``a20_``,
+``a21_``: not run here): their visible test cells."""
 
 
 @pytest.mark.parametrize("student", [s.student for s in VISIBLE])

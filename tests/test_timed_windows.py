@@ -1,7 +1,7 @@
 """The timed windows of assignment 05's work checks, piece by piece and without a sandbox: the
 server's clock keeps each window in order and counts nothing it cannot vouch for
 (``harness/clock.py``), a window's inputs cross the pipe into memory the run already holds, and the
-judge reads the figures (``transformer_lm/timed_judges.py``). ``tests/test_skipping_by_time.py``
+judge reads the figures (``transformer_lm/timed_judges.py``). ``tests/test_outside_truth.py``
 grades whole submissions."""
 
 from __future__ import annotations
