@@ -67,7 +67,7 @@ def released_run(request):
 LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_outside_truth.py", "test_student_kit.py", "test_grading.py",
                  "test_assignment_04.py", "test_service_hub.py", "test_notebook_fuzz.py",
                  "test_visible_and_hidden_agree.py", "test_hardening.py", "test_report.py", "test_assignment_01.py",
-                 "test_benchmark_anchor.py"]
+                 "test_benchmark_anchor.py", "test_adding_an_assignment.py"]
 """Files that take a minute or more (from --durations), handed out first, so that none starts
 last and leaves the other worker idle. test_container.py is not among them: its image is built in
 the background from the start (:func:`pytest_collection_finish`), and its tests take seconds."""

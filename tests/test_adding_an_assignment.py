@@ -1,224 +1,233 @@
-"""docs/adding-an-assignment.md, followed step by step in a copy of the course: an assignment that
-teaches a concept the course does not have yet (ALiBi, Press et al., 2022, "Train Short, Test
-Long") gets its concept module and one group of visible checks, its solution notebook and its
-hidden checks, and nothing else of the course changes. Then the stored values are made again,
-nbgrader makes the release, the visible check passes on the solution, says TODO on the release and
-names the concept's own mistake, and the grader gives the solution full marks, the blank release
-zero, and the mistake zero with its name."""
+"""docs/adding-an-assignment.md, run as written in a fresh clone of the repository, and the command
+it starts with, ``autograder new-assignment``.
 
-import hashlib
+The page's own blocks are the steps: every ``bash`` block runs in order in the clone, and every
+``python`` block whose first line names a file (``# path``), a cell of a notebook (``# path, cell
+grade_id``) or a row of the test table (``# tests/assignments.py, the row of NAME``) is what the
+author writes there, in place of the TODOs ``new-assignment`` left. The clone's ``.venv`` runs this
+test's own environment, and ``PYTHONPATH`` puts the clone's packages first, as an editable install
+in the clone would. The new assignment (ALiBi: one function, two mistakes, one alternative) must
+audit at 100% and 100%, grade the solution 10 and the blank release 0, and pass its own tests.
+"""
+
+import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import notebook_tools as tools
+from autograder.commands import audit, cli
+from autograder.commands.new_assignment import TABLE_END
+from autograder.reading.course import Course
+from autograder.reading.errors import GradingError
 from autograder.running import sandbox
 
-ASSIGNMENT, NAME = "99_alibi", "alibi"
-CODE_FILES_ALLOWED = 3
-"""Code files a new concept may touch besides its notebook and its hidden checks."""
-STORED_VALUES = ("transformer_lm/data/visible_checks.safetensors",
-                 "transformer_lm/sandboxed/data/test_values.safetensors")
-"""What ``python -m transformer_lm.instructor.make_test_values`` writes (data, not code)."""
-
-CONCEPT = '''"""ALiBi attention (Press et al., 2022, "Train Short, Test Long"): causal attention whose scores
-get a penalty that grows linearly with the distance from query to key, one slope per head, in
-place of position embeddings. The reference, and beside it the mistakes students make with it."""
-
-import torch
-
-from transformer_lm.catalog import Mistake
-from transformer_lm.instructor.mistake_family import MistakeFamily
+REPO = tools.REPO_ROOT
+PAGE = REPO / "docs" / "adding-an-assignment.md"
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+HEADER = re.compile(r"# (\S+?)(?:, cell (\w+)|, the row of (\w+))?")
+ASSIGNMENT = "07_alibi"
+STEP_S = 900
 
 
-def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The paper's slopes, a geometric sequence from 2^(-8/n) down to 2^(-8): shape (num_heads,)."""
-    return 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
-def biased_attention(q, k, v, slopes, sign=-1.0):
-    """Causal attention of q, k, v (batch, heads, seq, d) with ``sign * slope * (i - j)`` added to
-    the score of query i and key j."""
-    seq = q.shape[-2]
-    distance = torch.arange(seq)[:, None] - torch.arange(seq)[None, :]  # (seq, seq): i - j
-    bias = sign * slopes[:, None, None] * distance  # (heads, seq, seq)
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + bias  # (batch, heads, seq, seq)
-    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v  # (batch, heads, seq, d)
+def fresh_clone(root: Path) -> set[str]:
+    """``git clone`` of the repository into ``root``, with the working tree's uncommitted changes put
+    in (none, once they are committed); returns the paths so put in."""
+    git("clone", "--quiet", str(REPO), str(root))
+    changed = set(git("ls-files", "--modified", "--others", "--exclude-standard", "-z").split("\0")) - {""}
+    for name in changed:
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+        else:
+            (root / name).unlink(missing_ok=True)
+    return changed
 
 
-def alibi_attention(q, k, v):
-    return biased_attention(q, k, v, alibi_slopes(q.shape[1]))
+def environment_of_this_test(venv: Path) -> None:
+    """A ``.venv`` whose programs run this test's environment's: each a script that runs the
+    program of the same name there, so that ``sys.prefix`` (and the sandbox's copy of the
+    environment, kept under it) stays that environment's own. ``make``'s stamp is new."""
+    (venv / "bin").mkdir(parents=True)
+    for program in sorted((Path(sys.prefix) / "bin").iterdir()):
+        if program.is_file() and os.access(program, os.X_OK):
+            script = venv / "bin" / program.name
+            script.write_text(f'#!/bin/sh\nexec "{program}" "$@"\n')
+            script.chmod(0o755)
+    (venv / ".installed").touch()
 
 
-def qkv(generator):
-    """Inputs of a check: q, k, v of shape (2, 4, 6, 8)."""
-    return {name: torch.randn(2, 4, 6, 8, generator=generator) for name in "qkv"}
+def write_block(clone: Path, header: re.Match, body: str) -> None:
+    """Puts what a ``python`` block of the page holds where its first line says, over a TODO."""
+    path, cell, row = clone / header.group(1), header.group(2), header.group(3)
+    text = path.read_text()
+    assert "TODO" in text, f"{path.relative_to(clone)}: new-assignment left no TODO to write"
+    if cell:
+        notebook = nbformat.read(path, as_version=4)
+        tools.cell_by_grade_id(notebook, cell).source = body.rstrip("\n")
+        nbformat.write(notebook, path)
+    elif row:
+        start = text.index(f'    Assignment(\n        "{row}"')
+        path.write_text(text[:start] + body.rstrip("\n") + text[text.index(TABLE_END):])
+    else:
+        path.write_text(body)
 
 
-MISTAKES = MistakeFamily({
-    Mistake("alibi_bias_sign", "distance penalty added with the wrong sign",
-            "The penalty must lower the scores of distant keys: add -slope * (i - j), not +slope * (i - j)."):
-        lambda q, k, v: biased_attention(q, k, v, alibi_slopes(q.shape[1]), sign=1.0),
-    Mistake("alibi_slopes_reversed", "slopes given to the heads in reverse order",
-            "The first head gets the largest slope, 2^(-8/n), and the last the smallest, 2^(-8)."):
-        lambda q, k, v: biased_attention(q, k, v, alibi_slopes(q.shape[1]).flip(0)),
-})
-'''
-
-VISIBLE_GROUP = '''def _alibi() -> dict[str, list[Entry]]:
-    return {"alibi_attention": each("alibi_attention", CallCheck("alibi_attention", alibi.alibi_attention, alibi.qkv,
-                                                                  mistakes=alibi.MISTAKES))}
+def run_bash(clone: Path, block: str) -> str:
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=clone, capture_output=True, text=True,
+                          timeout=STEP_S, env={**os.environ, "PYTHONPATH": str(clone)})
+    assert done.returncode == 0, f"the page's block failed:\n{block}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
 
 
-ASSIGNMENTS = {"99_alibi": _alibi, '''
-
-ANSWER = '''def alibi_attention(q, k, v):
-    """Causal ALiBi attention of q, k, v, each (batch, heads, seq, d)."""
-    ### BEGIN SOLUTION
-    heads, seq = q.shape[1], q.shape[2]
-    slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads)  # (heads,)
-    distance = torch.arange(seq)[None, :] - torch.arange(seq)[:, None]  # (seq, seq): j - i
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (batch, heads, seq, seq)
-    scores = scores + slopes[:, None, None] * distance
-    scores = scores.masked_fill(distance > 0, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v  # (batch, heads, seq, d)
-    ### END SOLUTION
-'''
-
-VISIBLE_CHECK = '''from transformer_lm import checks
-
-checks.check("alibi_attention", alibi_attention)
-print("alibi_attention: Correct.")
-'''
-
-HIDDEN_CHECKS = '''"""Hidden checks of the ALiBi assignment: other sizes than the visible check's."""
-
-import torch
-
-from autograder.reading.spec import Item
-from transformer_lm.instructor.concepts import alibi
-from transformer_lm.forbidding import LIBRARY_ATTENTION
-from transformer_lm.instructor.kinds import CallCheck
-
-
-def qkv(generator):
-    return {name: torch.randn(3, 2, 5, 4, generator=generator) for name in "qkv"}
-
-
-ITEMS = [Item("alibi_attention", points=10,
-              checks=(CallCheck("alibi_attention", alibi.alibi_attention, qkv, mistakes=alibi.MISTAKES),),
-              forbids=LIBRARY_ATTENTION)]
-'''
-
-
-def nbgrader_cell(cell, **fields):
-    cell.metadata["nbgrader"] = {"schema_version": 3, "grade": False, "solution": False, "locked": False, **fields}
-    return cell
-
-
-def solution_notebook():
-    """Step 1: a locked setup cell first, the answer under a heading with its points, its test
-    cell right after it."""
-    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    nb.cells = [
-        nbgrader_cell(new_code_cell("import math\n\nimport torch"), grade_id="setup", locked=True),
-        new_markdown_cell("## ALiBi attention (10 points)\n\nAdd each head's distance penalty to the causal scores."),
-        nbgrader_cell(new_code_cell(ANSWER), grade_id="alibi_attention", solution=True),
-        nbgrader_cell(new_code_cell(VISIBLE_CHECK), grade_id="alibi_attention_test", grade=True, locked=True,
-                      points=10),
-    ]
-    return nb
-
-
-def copy_of_the_course(root):
-    """The course's packages and config, as a new instructor's checkout has them."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in ("transformer_lm", "autograder"):
-        shutil.copytree(tools.REPO_ROOT / package, root / package, ignore=ignore)
-    shutil.copy2(tools.REPO_ROOT / "nbgrader_config.py", root)
-
-
-def fingerprints(root) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-
-
-def in_course(root, *args):
-    """``python -m <args>`` in the course folder, its packages first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    result = subprocess.run([sys.executable, "-m", *args], cwd=root, env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-def add_the_concept(root):
-    """Steps 0 and 1 of a new concept: its module (reference and mistakes), and its group of
-    visible checks in the table that the stored values are made from."""
-    (root / "transformer_lm" / "instructor" / "concepts" / "alibi.py").write_text(CONCEPT)
-    table = root / "transformer_lm" / "instructor" / "visible_checks.py"
-    text = table.read_text()
-    kinds = "from transformer_lm.instructor.decoder_kinds import"
-    text = text.replace(kinds, f"from transformer_lm.instructor.concepts import alibi\n{kinds}")
-    text = text.replace("from transformer_lm.instructor.kinds import (AttentionCheck,",
-                        "from transformer_lm.instructor.kinds import (AttentionCheck, CallCheck,")
-    text = text.replace("ASSIGNMENTS = {", VISIBLE_GROUP, 1)
-    table.write_text(text)
-    in_course(root, "transformer_lm.instructor.make_test_values")
+def documented_files(page: str) -> set[str]:
+    """The files of the page's table of files, with the step that makes each."""
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    return {path for row in rows for path in re.findall(r"`([^`]+)`", row.split("|")[1])}
 
 
 @pytest.mark.skipif(sandbox.detect_isolation().name != "bubblewrap", reason="needs bubblewrap")
-def test_a_new_concept_added_by_the_guide_is_graded(tmp_path, monkeypatch):
+def test_the_page_run_as_written_in_a_fresh_clone_adds_an_assignment_that_audits_and_grades(tmp_path):
+    clone = tmp_path / "course"
+    put_in = fresh_clone(clone)
+    environment_of_this_test(clone / ".venv")
+    page = PAGE.read_text()
+    said, written = [], 0
+    for language, body in BLOCK.findall(page):
+        header = HEADER.fullmatch(body.splitlines()[0]) if language == "python" else None
+        if language == "bash":
+            said.append(run_bash(clone, body))
+        elif header:
+            write_block(clone, header, body.split("\n", 1)[1])
+            written += 1
+    assert "autograder new-assignment" in BLOCK.findall(page)[0][1] and written == 6
+
+    audit = next(text for text in said if "mutants caught" in text)
+    [everything] = [line for line in audit.splitlines() if line.startswith("| **all** |")]
+    assert everything.count("100%") >= 3 and not re.search(r"\((?!100%)\d+%\)", everything), audit
+    reports = {student: json.loads((clone / "reports" / ASSIGNMENT / f"{student}.json").read_text())
+               for student in ("solution", "blank")}
+    assert {student: (report["total"], report["max_total"]) for student, report in reports.items()} == \
+        {"solution": (10, 10), "blank": (0, 10)}
+    summary = said[-1].strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary) and not re.search(r"failed|skipped|error", summary), said[-1]
+
+    changed = {line[3:] for line in git("status", "--porcelain", "--untracked-files=all", cwd=clone).splitlines()}
+    made = changed - put_in
+    assert made <= documented_files(page), f"files the page does not list: {made - documented_files(page)}"
+    assert f"release/{ASSIGNMENT}/alibi.ipynb" in made and "transformer_lm/data/visible_checks.safetensors" in made
+
+
+def new_assignment(course: Path, capsys, *args: str) -> tuple[int, str]:
+    """``autograder new-assignment ARGS --course COURSE``: its exit status, and what it said on stderr."""
+    status = cli.main(["new-assignment", *args, "--course", str(course)])
+    return status, capsys.readouterr().err
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def small_course(tmp_path):
+    """A course folder with the repository's config, its test table and one assignment's source folder."""
     course = tmp_path / "course"
-    course.mkdir()
-    copy_of_the_course(course)
-    before = fingerprints(course)
+    (course / "tests").mkdir(parents=True)
+    (course / "source" / "01_attention_basics").mkdir(parents=True)
+    shutil.copy2(REPO / "nbgrader_config.py", course)
+    shutil.copy2(REPO / "tests" / "assignments.py", course / "tests")
+    return course
 
-    add_the_concept(course)
-    source = course / "source" / ASSIGNMENT / f"{NAME}.ipynb"
-    source.parent.mkdir(parents=True)
-    nbformat.write(solution_notebook(), source)
-    (course / "autograder" / "checks" / f"{ASSIGNMENT}.py").write_text(HIDDEN_CHECKS)
-    release = tools.generate_release(ASSIGNMENT, tmp_path / "scratch", course_root=course)
-    shutil.copytree(release, course / "release" / ASSIGNMENT)
 
-    after = fingerprints(course)
-    changed = {path for path in after if before.get(path) != after[path]}
-    notebooks_and_checks = {f"source/{ASSIGNMENT}/{NAME}.ipynb", f"release/{ASSIGNMENT}/{NAME}.ipynb",
-                            f"autograder/checks/{ASSIGNMENT}.py"}
-    code = {path for path in changed if path.endswith(".py")} - notebooks_and_checks
-    assert code == {"transformer_lm/instructor/concepts/alibi.py", "transformer_lm/instructor/visible_checks.py"}
-    assert len(code) <= CODE_FILES_ALLOWED
-    assert notebooks_and_checks <= changed
-    assert changed - code - notebooks_and_checks <= set(STORED_VALUES), changed
+@pytest.mark.parametrize("args, said", [
+    (("7_alibi",), "'7_alibi' is not a name for an assignment"),
+    (("07_Alibi",), "'07_Alibi' is not a name for an assignment"),
+    (("01_again",), "The course has 01_attention_basics already, so the number 01 is taken. Choose a number no "
+                    "assignment has, such as 02_again."),
+    (("07_alibi", "--concept", "ALiBi"), "'ALiBi' is not a name for a concept"),
+])
+def test_new_assignment_refuses_a_malformed_or_taken_name_and_writes_nothing(small_course, capsys, args, said):
+    before = files_of(small_course)
+    status, err = new_assignment(small_course, capsys, *args)
+    assert status == 2 and said in err, err
+    assert files_of(small_course) == before
 
-    monkeypatch.setenv("PYTHONPATH", str(course))  # the kernels import the copy's package
-    solved = tools.execute(source)
-    assert "alibi_attention: Correct" in tools.cell_by_grade_id(solved, "alibi_attention_test").outputs[0]["text"]
-    released = tools.execute(course / "release" / ASSIGNMENT / f"{NAME}.ipynb", allow_errors=True)
-    tools.assert_every_check_says_todo(released, {"alibi_attention_test"})
 
-    mistake = nbformat.read(source, as_version=4)
-    answer = tools.cell_by_grade_id(mistake, "alibi_attention")
-    answer.source = answer.source.replace("scores + slopes", "scores - slopes")
-    shown = tools.execute(mistake, allow_errors=True, cwd=source.parent)
-    [(ename, evalue)] = tools.errors(tools.cell_by_grade_id(shown, "alibi_attention_test"))
-    assert ename == "CheckFailed" and "distance penalty added with the wrong sign" in evalue, evalue
+def test_new_assignment_writes_every_file_with_a_todo_and_never_overwrites_one(small_course, capsys):
+    mine = small_course / "tests" / "test_assignment_08.py"
+    mine.write_text("# the author's own file\n")
+    before = files_of(small_course)
+    status, err = new_assignment(small_course, capsys, "08_alibi")
+    assert status == 2 and f"{mine} exists already" in err and "Nothing was written" in err, err
+    assert files_of(small_course) == before
 
-    for student, nb in {"ada": nbformat.read(source, as_version=4), "bo": released, "cy": mistake}.items():
-        folder = course / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{NAME}.ipynb")
-    in_course(course, "autograder", "grade", ASSIGNMENT, "--workers", "1")
-    reports = {student: json.loads((course / "reports" / ASSIGNMENT / f"{student}.json").read_text())
-               for student in ("ada", "bo", "cy")}
-    assert {s: report["total"] for s, report in reports.items()} == {"ada": 10, "bo": 0, "cy": 0}
-    [item] = reports["cy"]["items"]
-    assert item["status"] == "failed" and item["mistake"] == "distance penalty added with the wrong sign", item
+    status, err = new_assignment(small_course, capsys, "09_alibi", "--concept", "alibi_attention")
+    assert status == 0, err
+    written = {"source/09_alibi/alibi.ipynb", "autograder/checks/09_alibi.py", "autograder/checks/audit/09_alibi.py",
+               "tests/test_assignment_09.py", "transformer_lm/instructor/concepts/alibi_attention.py"}
+    assert set(files_of(small_course)) - set(before) == written
+    for name in written:
+        text = (small_course / name).read_text()
+        assert "TODO" in text, name
+        if name.endswith(".py"):
+            ast.parse(text)
+    notebook = nbformat.read(small_course / "source/09_alibi/alibi.ipynb", as_version=4)
+    assert notebook.metadata["language_info"] == {"name": "python"} and notebook.metadata["kernelspec"]["name"] == \
+        "python3"
+    assert [tools.grade_id(cell) for cell in notebook.cells if "nbgrader" in cell.metadata] == \
+        ["setup", "alibi_attention", "alibi_attention_test"]
+    table = (small_course / "tests" / "assignments.py").read_text()
+    ast.parse(table)
+    assert table.count('"09_alibi", "alibi.ipynb"') == 1 and table.index('"09_alibi"') < table.index(TABLE_END)
+
+    made = files_of(small_course)
+    status, err = new_assignment(small_course, capsys, "09_alibi", "--concept", "alibi_attention")
+    assert status == 2 and "the number 09 is taken" in err, err
+    assert files_of(small_course) == made
+
+
+VERSION = ("from pathlib import Path\n"
+           "from autograder.reading.course import COURSE_CODE, Course, checks_version\n"
+           "print(COURSE_CODE, checks_version(Course(Path({repo!r})), '01_attention_basics'))\n")
+
+
+def test_the_checks_version_changes_with_a_fix_in_a_concept_module(tmp_path):
+    """``--regrade`` grades again what older checks graded: a fix in a concept module (as in the
+    reference or the mistakes' code) makes another version, in a scratch copy of the package."""
+    code = tmp_path / "code"
+    shutil.copytree(REPO / "transformer_lm", code / "transformer_lm", ignore=shutil.ignore_patterns("__pycache__"))
+    concept = code / "transformer_lm" / "instructor" / "concepts" / "tiny.py"
+    concept.write_text("def tiny(x):\n    return x + 1\n")
+
+    def version() -> str:
+        done = subprocess.run([sys.executable, "-c", VERSION.format(repo=str(REPO))], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{code}:{REPO}"})
+        assert done.returncode == 0, done.stderr
+        package, made = done.stdout.split()
+        assert package == str(code / "transformer_lm")
+        return made
+
+    first = version()
+    concept.write_text("def tiny(x):\n    return x + 2\n")
+    assert version() != first
+    concept.write_text("def tiny(x):\n    return x + 1\n")  # the same bytes again: the same version
+    assert version() == first
+
+
+def test_an_assignment_without_a_bank_is_told_the_functions_a_bank_defines(small_course):
+    with pytest.raises(GradingError) as refused:
+        audit.load_bank(Course(small_course), "09_alibi", {"cells": []})
+    said = str(refused.value)
+    assert "mutants(answer) and alternatives(answer)" in said and "autograder new-assignment" in said, said
+    assert "MUTANTS" not in said and "ALTERNATIVES" not in said

@@ -24,9 +24,7 @@ its whitespace, and that the notebooks do not also write outside a solution (as
 from __future__ import annotations
 
 import ast
-import importlib
 import io
-import pkgutil
 import re
 import tokenize
 from functools import lru_cache
@@ -34,10 +32,9 @@ from functools import lru_cache
 import pytest
 
 import notebook_tools as tools
-import transformer_lm.instructor.concepts
-import transformer_lm.instructor.mistakes  # noqa: F401 - its families register the mistakes they add
 from autograder.commands.student_kit import PACKAGE, student_files, written_lines
 from transformer_lm import catalog
+from transformer_lm.instructor import concepts
 
 SHORTEST = 20
 """The shortest code, in characters without whitespace, that counts as an answer's."""
@@ -152,9 +149,7 @@ def answers_held(text: str) -> set[str]:
 def hints() -> dict[str, str]:
     """Every catalogued mistake's title and hint, the families of ``transformer_lm/instructor/concepts/``
     registered."""
-    concepts = transformer_lm.instructor.concepts
-    for module in pkgutil.iter_modules(concepts.__path__, f"{concepts.__name__}."):
-        importlib.import_module(module.name)
+    concepts.modules()
     return {name: f"{mistake.title}\n{mistake.hint}" for name, mistake in catalog.BY_NAME.items()}
 
 

@@ -10,7 +10,10 @@ The four families of mistakes below are the course's own (today's decoders' in
 :mod:`transformer_lm.decoder_catalog`). A concept added later writes its
 mistakes beside its reference, in a :class:`transformer_lm.instructor.mistake_family.MistakeFamily`, which
 :func:`register` adds to :data:`BY_NAME` when the concept's module is imported; such a mistake
-has no flaws, since its family computes it with functions of its own.
+has no flaws, since its family computes it with functions of its own. On the instructor's side,
+:func:`transformer_lm.instructor.concepts.modules` imports every concept module it finds, so the audit and
+the visible checks know every concept's mistakes without an import of each (this module, which
+students receive, never imports the instructor's side).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from autograder.recording.feedback_texts import Catalogue, catalogue  # noqa: E4
 from autograder.judging.grading import grade_class  # noqa: E402
 from autograder.reading.results import ItemResult  # noqa: E402
 from transformer_lm import catalog  # noqa: E402
+from transformer_lm.instructor import concepts  # noqa: E402
 
 
 @dataclass
@@ -146,7 +147,10 @@ def load_bank(course: Course, assignment: str, solution: dict) -> Bank:
     names must be catalogued."""
     path = course.checks_file(assignment).parent / "audit" / f"{assignment}.py"
     if not path.exists():
-        raise GradingError(f"No audit bank for {assignment!r}: expected {path}, with MUTANTS and ALTERNATIVES.")
+        raise GradingError(f"No audit bank for {assignment!r}: expected {path}, which defines the functions "
+                           "mutants(answer) and alternatives(answer) (and library(answer) where an item forbids a "
+                           "library call). `autograder new-assignment` writes one to start from.")
+    concepts.modules()  # every concept's mistakes in the catalogue, whatever the bank imports
     spec = importlib.util.spec_from_file_location(f"autograder.audit_bank_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

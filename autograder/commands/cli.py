@@ -13,6 +13,7 @@
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
     autograder serve                                                students' checks before the deadline (Hub service)
     autograder student-kit OUT_DIR                                  what students receive: notebooks and package, no answers
+    autograder new-assignment NN_name [--concept NAME]              a new assignment's files, each with a TODO to write
 
 Run ``grade``, ``merge``, ``feedback``, ``report`` and ``similarity`` from the course folder (where
 nbgrader_config.py is), or pass ``--course DIR``.
@@ -272,6 +273,12 @@ def student_kit_command(args) -> int:
     return 0
 
 
+def new_assignment_command(args) -> int:
+    from autograder.commands import new_assignment
+
+    return new_assignment.announce(Path(args.course).resolve(), args.name, args.concept)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand (the container and the Kubernetes Jobs use it too)."""
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.split("\n\n")[0])
@@ -332,8 +339,8 @@ def add_grading_commands(sub) -> None:
 
 
 def add_course_commands(sub) -> None:
-    """The commands that read or show a course: validate, feedback, report, similarity, demo, the
-    student kit and the grading service."""
+    """The commands that read, show or add to a course: validate, feedback, report, similarity, demo,
+    the student kit, a new assignment and the grading service."""
     p = sub.add_parser("validate", help="run a notebook's visible checks, as a student would")
     p.add_argument("notebook")
     p.set_defaults(run=validate_command)
@@ -357,6 +364,13 @@ def add_course_commands(sub) -> None:
                                            "package) into a new folder, and check that it holds no answer")
     p.add_argument("out_dir", help="the kit's folder: new, or empty")
     p.set_defaults(run=student_kit_command)
+
+    p = sub.add_parser("new-assignment", help="write a new assignment's files, each with a TODO where its author "
+                                              "writes (and a new concept's module, with --concept)")
+    p.add_argument("name", help="the assignment's folder name: two digits, an underscore, a name (07_alibi)")
+    p.add_argument("--concept", metavar="NAME", help="also write transformer_lm/instructor/concepts/NAME.py")
+    course_options(p, sandboxed=False)
+    p.set_defaults(run=new_assignment_command)
 
     p = sub.add_parser("serve", help="the JupyterHub service that grades students' checks before the deadline")
     course_options(p, sandboxed=False)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from string import Template
 
 from autograder.reading.cells import marks
 from autograder.reading.errors import GradingError
@@ -78,62 +80,47 @@ transformer_lm = ["data/*.safetensors", "data/*.json", "sandboxed/data/*.safeten
 "etc/jupyter/jupyter_server_config.d" = ["jupyter-config/transformer_lm.json"]
 """
 
-README = """\
-# Self-attention in PyTorch: your course folder
+README = Path(__file__).resolve().parent / "kit_README.md.txt"
+"""The kit's README, with the course's list of assignments put in (:func:`kit_readme`)."""
+QUICK_START = ("<!-- The list below is made from the course's release/ folder by `python -m "
+               "autograder.commands.student_kit`: do not edit it by hand. -->", "<!-- End of the list. -->")
+"""The lines around the list of assignments in docs/student-quick-start.md."""
 
-Six assignments take you from a dot product to a small GPT and today's decoders; the lecture
-notebooks go with them.
 
-```
-assignments/<assignment>/   the notebooks you fill in and submit, one per assignment
-lectures/                   ungraded lecture notebooks: run them top to bottom
-wheels/                     the course's package (transformer_lm: test values and the checks you run)
-requirements.txt            what to install
-jupyter-config/             the "Check with the grader" toolbar button (for a course that runs the service)
-```
+def course_assignments(root: Path) -> list[tuple[str, str]]:
+    """Each assignment of the course, in order: its notebook in the kit, ``assignments/<folder>/<notebook>``
+    (from ``release/``, which nbgrader makes from ``source/``), and its title, the notebook's first
+    heading without its "Assignment NN:"."""
+    found = []
+    for path in sorted((root / "release").glob("*/*.ipynb")):
+        lines = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]
+                 if cell["cell_type"] == "markdown"]
+        heading = next((line for text in lines for line in text.splitlines() if line.startswith("# ")), "")
+        title = re.sub(r"^# (Assignment \d+: )?", "", heading) or path.parent.name
+        found.append((f"assignments/{path.parent.name}/{path.name}", title))
+    return found
 
-## Set up (once)
 
-On a course JupyterHub everything is installed already: open `assignments/`. On your own
-machine, with Python 3.11, run these from this folder (the folder this README is in):
+def assignment_list(root: Path) -> str:
+    """The course's assignments as a Markdown list: each notebook's path in the kit, and its title."""
+    return "\n".join(f"{number}. `{path}`: {title}"
+                     for number, (path, title) in enumerate(course_assignments(root), 1))
 
-```bash
-python3.11 -m venv .venv
-.venv/bin/pip install -r requirements.txt
-# nbgrader's instructor tools (the formgrader, the course list, "Create Assignment") are not for
-# students: turn them off, as nbgrader's documentation says; Validate and the assignment list stay.
-.venv/bin/jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader \\
-    nbgrader.server_extensions.course_list
-.venv/bin/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader:formgrader \\
-    @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment
-.venv/bin/jupyter labextension lock --level=sys_prefix @jupyter/nbgrader:formgrader \\
-    @jupyter/nbgrader:course-list @jupyter/nbgrader:create-assignment
-# the "Check with the grader" button (it works where your course runs the grading service):
-mkdir -p .venv/share/jupyter/lab/settings && cp jupyter-config/overrides.json .venv/share/jupyter/lab/settings/
-```
 
-Then, each time you work on the course, start JupyterLab from this folder:
+def kit_readme(root: Path) -> str:
+    """The kit's README, listing the course's assignments."""
+    first = course_assignments(root)[0][0] if course_assignments(root) else "assignments/<assignment>/<notebook>"
+    return Template(README.read_text()).substitute(assignments=assignment_list(root), first=first,
+                                                   first_windows=first.replace("/", "\\"))
 
-```bash
-.venv/bin/jupyter lab
-```
 
-## Work on an assignment
-
-1. Open `assignments/01_attention_basics/attention_basics.ipynb` first, then 02 to 06. Fill in
-   every cell marked `# YOUR CODE HERE` (and `YOUR ANSWER HERE` for written answers); keep the
-   notebook's name, the names and signatures it asks for, and the read-only cells as they are.
-2. Run an answer cell, then the read-only test cell under it: it says what is wrong and names
-   the likely mistake; an answer you have not written yet gets `TODO: <name> is not written yet`.
-3. Before you submit, press **Validate** in the notebook's toolbar (or run
-   `.venv/bin/nbgrader validate assignments/01_attention_basics/attention_basics.ipynb`): it runs
-   the notebook top to bottom in a fresh kernel and lists the checks that fail.
-4. Submit the saved notebook the way your course says (nbgrader's exchange, or an upload under
-   its own file name).
-
-Passing the visible checks is a good sign, not a grade: the grader runs the same kind of checks
-on inputs you have not seen.
-"""
+def with_assignment_list(page: str, root: Path) -> str:
+    """``page`` (docs/student-quick-start.md) with the course's list of assignments between its
+    :data:`QUICK_START` lines, indented as they are."""
+    pattern = re.compile(rf"^( *){re.escape(QUICK_START[0])}\n.*?^ *{re.escape(QUICK_START[1])}$", re.M | re.S)
+    indent = pattern.search(page).group(1)
+    lines = [QUICK_START[0], *assignment_list(root).splitlines(), QUICK_START[1]]
+    return pattern.sub(lambda _: "\n".join(indent + line for line in lines), page, count=1)
 
 
 def repository_root() -> Path:
@@ -164,7 +151,7 @@ def build(out: Path, root: Path | None = None) -> Path:
         _copy(notebook, out / "lectures" / notebook.name)
     _copy(root / "jupyter-config" / "overrides.json", out / "jupyter-config" / "overrides.json")
     (out / "requirements.txt").write_text(_requirements(root, wheel.name))
-    (out / "README.md").write_text(README)
+    (out / "README.md").write_text(kit_readme(root))
     found = leaks(out, root)
     if found:
         _remove_kit(out, made)
@@ -329,3 +316,9 @@ def leaks(kit: Path, root: Path | None = None) -> list[str]:
             for name in sorted(defined & names):
                 found.append(f"{where}: defines {name}, which a notebook asks students to write")
     return found
+
+
+if __name__ == "__main__":
+    # Writes the course's list of assignments into docs/student-quick-start.md, from the repository root.
+    quick_start = repository_root() / "docs" / "student-quick-start.md"
+    quick_start.write_text(with_assignment_list(quick_start.read_text(), repository_root()))

@@ -19,11 +19,14 @@ from types import ModuleType
 
 import torch
 
+import transformer_lm
 from autograder.reading.config import Autograder, load_settings
 from autograder.reading.errors import GradingError
 from autograder.reading.spec import Item
 
 RECEIPTS = ("timestamp.txt", "submission_secret.txt")
+COURSE_CODE = Path(transformer_lm.__file__).resolve().parent
+"""The course's package as the grader imports it: its reference, concepts and mistakes decide grades."""
 
 
 class Course:
@@ -153,16 +156,22 @@ def existing_checks_file(course: Course, assignment: str) -> Path:
 
 
 def checks_version(course: Course, assignment: str) -> str:
-    """A short sha256 of what shapes an assignment's grades besides the secret: the hidden checks
-    file and the release notebooks (each file's name and bytes). A report graded under another
-    version is out of date (``autograder grade --regrade``). The grader's own code (the reference,
-    the tolerance policy) is not in it: a change there needs a full grading again."""
+    """A short sha256 of everything that decides an assignment's grades besides the secret: the
+    hidden checks file, its stand-ins, the release notebooks, and every file of the course's package
+    ``transformer_lm`` as the grader imports it (the reference, the concept modules, the mistakes'
+    code, the kinds of check and their judges, the tolerance policy, the probes), each by its path
+    and bytes. A report graded under another version is out of date (``autograder grade
+    --regrade``). The grading pipeline itself (``autograder/``) is not in it: a change there needs
+    a full grading again."""
     digest = hashlib.sha256()
     stand_ins = course.stand_ins_file(assignment)
-    paths = [existing_checks_file(course, assignment), *([stand_ins] if stand_ins.exists() else []),
-             *course.release_notebooks(assignment).values()]
-    for path in paths:
-        digest.update(f"{path.name}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    paths = [(path.name, path) for path in (existing_checks_file(course, assignment),
+                                            *([stand_ins] if stand_ins.exists() else []),
+                                            *course.release_notebooks(assignment).values())]
+    paths += [(f"transformer_lm/{path.relative_to(COURSE_CODE)}", path) for path in sorted(COURSE_CODE.rglob("*"))
+              if path.is_file() and "__pycache__" not in path.parts]
+    for name, path in paths:
+        digest.update(f"{name}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()[:12]
 
 

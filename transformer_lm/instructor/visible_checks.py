@@ -2,18 +2,20 @@
 
 Each notebook's test cell runs one group of this table (``checks.check("<group>", answer)``):
 every check of the group in turn, against the values that :mod:`transformer_lm.instructor.make_test_values`
-stores from here. This module is the instructor's: it imports the reference, which students never
-receive; they receive only what it stores.
+stores from here, with the groups that each concept module of :mod:`transformer_lm.instructor.concepts`
+names in its ``VISIBLE``. This module is the instructor's: it imports the reference, which students
+never receive; they receive only what it stores.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, replace
 
 import torch
 
 from transformer_lm import catalog, checks
-from transformer_lm.instructor import adapters, mistakes, reference
+from transformer_lm.instructor import adapters, concepts, mistakes, reference
 from transformer_lm.instructor.adapters import AttentionAPI
 from transformer_lm.instructor.cases import AttentionCase, BlockCase
 from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
@@ -364,11 +366,19 @@ ASSIGNMENTS = {"01_attention_basics": _attention_basics, "02_multihead_attention
                "05_efficient_attention": _efficient_attention, "06_modern_attention": _modern_attention}
 
 
+def concept_groups(concept) -> dict[str, list[Entry]]:
+    """The groups a concept module names in its ``VISIBLE`` (group -> its kinds of check), each
+    check from seed 0: a new concept's visible checks live in its own module, not in this table."""
+    return {group: each(group, *kinds) for group, kinds in getattr(concept, "VISIBLE", {}).items()}
+
+
 def make() -> dict:
-    """Every group of every assignment (a notebook's test cell names one, so no two assignments
-    share a name), and the minGPT exercise's fingerprints: what is stored."""
+    """Every group of every assignment and of every concept module (a notebook's test cell names
+    one, so no two share a name), and the minGPT exercise's fingerprints: what is stored."""
     groups = {}
-    for assignment, groups_of in ASSIGNMENTS.items():
+    made_by = {**ASSIGNMENTS, **{concept.__name__: functools.partial(concept_groups, concept)
+                                 for concept in concepts.modules()}}
+    for assignment, groups_of in made_by.items():
         made = groups_of()
         if set(made) & set(groups):
             raise ValueError(f"{assignment} names checks that another assignment names: {set(made) & set(groups)}")
