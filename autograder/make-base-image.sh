@@ -5,11 +5,16 @@
 # since Debian's own Python refuses `pip install` outside one (PEP 668), and the Dockerfile installs
 # with `python -m pip` as it does on the official image.
 #
-# As root, from the repository root:
+# As root, from the repository root (docs/containers.md):
 #   autograder/make-base-image.sh                      # tags localhost/course-base:bookworm
-#   podman build --build-arg BASE_IMAGE=localhost/course-base:bookworm -f autograder/Dockerfile ...
+#   autograder/build-image.sh --build-arg BASE_IMAGE=localhost/course-base:bookworm
+# An image of that name that exists already is kept: `podman rmi` it to make it again.
 set -eu
 tag="${1:-localhost/course-base:bookworm}"
+if podman image exists "$tag"; then
+  echo "$tag exists already: kept (podman rmi $tag, then run this again, to make it anew)."
+  exit 0
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

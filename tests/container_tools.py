@@ -1,16 +1,15 @@
-"""The TA's image built with podman and run, as docs/containers.md, "Grading in a container", says.
-
-Where podman cannot pull the official Python image (no registry reachable), the base is made
-here by ``autograder/make-base-image.sh`` (debootstrap, then ``podman import``) and passed to
-the Dockerfile as ``BASE_IMAGE``. The build sees this machine's pip configuration (its index, its
-local wheels and its CA certificates), mounted read-only, as pip here does; none of it is kept in
-the image. A test run builds the image once, in a process of its own started when the tests are
-collected (:func:`start_build`), and the container test waits for it (:func:`built_image`).
+"""The TA's image built with podman and run, as docs/containers.md, "With podman, as root", says: the
+page's own bash blocks, read from the page and run as written (:func:`page_blocks`), build it
+(``autograder/make-base-image.sh``, debootstrap then ``podman import``, since no image registry is
+reachable here; then ``autograder/build-image.sh``, which gives the build this machine's pip
+settings) and grade with it. A test run builds the image once, in a process of its own started when
+the tests are collected (:func:`start_build`), and the container tests wait for it (:func:`built_image`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -19,9 +18,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-IMAGE = "localhost/self-attention-grader:test"
-OFFICIAL_BASE = "python:3.11-slim-bookworm"
-MADE_BASE = "localhost/course-base:bookworm"
+PAGE = REPO / "docs" / "containers.md"
+PODMAN_SECTION = "### With podman, as root"
+IMAGE = "localhost/self-attention-grader:latest"
+"""What the page's build block tags (``self-attention-grader``), as podman names it."""
 # podman as root asks the runtime for limits above what some hosts allow ("error setting rlimit");
 # these are ample for grading.
 LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
@@ -45,58 +45,46 @@ def podman_problem() -> str | None:
     """Why this machine cannot run podman at all, or None."""
     if not shutil.which("podman"):
         return "podman is not installed (sudo apt-get install podman runc debootstrap, or make container-packages)"
+    if os.geteuid() != 0:
+        return "the container test runs podman as root, as docs/containers.md's podman commands do"
     done = subprocess.run(["podman", "info"], capture_output=True, text=True)
     if done.returncode != 0:
         return f"podman cannot run here: {(done.stderr or done.stdout).strip()[-500:]}"
     return None
 
 
-def base_image() -> str:
-    """The official base if podman has it or can pull it, else one made with debootstrap."""
-    for image in (OFFICIAL_BASE, MADE_BASE):
-        if podman("image", "exists", image, check=False).returncode == 0:
-            return image
-    if podman("pull", "--quiet", OFFICIAL_BASE, check=False, timeout=300).returncode == 0:
-        return OFFICIAL_BASE
-    done = subprocess.run([str(REPO / "autograder" / "make-base-image.sh"), MADE_BASE], capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, f"No registry, and no base could be made:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-    return MADE_BASE
+def page_blocks() -> list[str]:
+    """The bash blocks of the page's podman section, in order: the build's (run from the repository
+    root), then the grading's (run in a course folder)."""
+    text = PAGE.read_text()
+    section = re.split(r"^#{2,3} ", text.split(PODMAN_SECTION, 1)[1], flags=re.MULTILINE)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 2, f"{PAGE.name}'s section {PODMAN_SECTION!r} has {len(blocks)} bash blocks, not 2"
+    return blocks
 
 
-def pip_settings(scratch: Path) -> list[str]:
-    """Mounts that give the build this machine's pip configuration: its settings as one pip.conf
-    (from ``pip config list``, files and environment together) and the local paths it names."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                            check=True).stdout
-    settings = dict(re.findall(r"^[^.\n]*\.([\w-]+)='(.*)'$", listed, flags=re.MULTILINE))
-    if not settings:
-        return []
-    conf = scratch / "pip.conf"
-    conf.write_text("[global]\n" + "".join(f"{key} = {value}\n" for key, value in settings.items()))
-    mounts = ["--volume", f"{conf}:/etc/pip.conf:ro"]
-    for value in settings.values():
-        for word in value.split():
-            # A local index (file://.../simple) links to files beside it: its parent goes along.
-            path = Path(word.removeprefix("file://")).parent if word.startswith("file://") else Path(word)
-            if path.is_absolute() and path.exists():
-                mounts += ["--volume", f"{path}:{path}:ro"]
-    return mounts
+def run_block(block: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """A block of the page, run by bash as a TA would paste it, stopping at the first command that fails."""
+    return subprocess.run(["bash", "-e", "-c", block], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def build_image(scratch: Path) -> str:
-    """Builds the image from autograder/Dockerfile (about 3 minutes here) and returns its name.
-    The last run's image goes first, so that runs do not pile up images of 1.2 GB."""
-    podman("rmi", "--force", IMAGE, check=False)
-    podman("build", *LIMITS, *pip_settings(scratch), "--build-arg", f"BASE_IMAGE={base_image()}",
-           "--file", str(REPO / "autograder" / "Dockerfile"), "--tag", IMAGE, str(REPO), timeout=1500)
+def build_image() -> str:
+    """Builds the image with the page's build block (about 3 minutes here, seconds where podman's
+    layers hold it already) and returns its name."""
+    done = run_block(page_blocks()[0], REPO, timeout=1500)
+    if done.returncode != 0:
+        raise AssertionError(f"The page's build block failed ({done.returncode}):\n"
+                             f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return IMAGE
 
 
-def run(image: str, course: Path, *command: str, sandbox: bool = True) -> subprocess.CompletedProcess:
-    """The image's entry command on a course folder mounted at /course, with no network."""
+def run(image: str, course: Path | None, *command: str, sandbox: bool = True,
+        user: str | None = None) -> subprocess.CompletedProcess:
+    """The image's entry command, with no network, on a course folder mounted at /course and named
+    as the host names it (``None``: nothing mounted), as ``user`` (default: the image's, uid 1000)."""
+    mount = ["--volume", f"{course}:/course", "--env", f"AUTOGRADER_COURSE_ON_HOST={course}"] if course else []
     return podman("run", "--rm", "--network", "none", *LIMITS, *(SANDBOX_OPTIONS if sandbox else []),
-                  "--volume", f"{course}:/course", image, *command, check=False)
+                  *(["--user", user] if user else []), *mount, image, *command, check=False)
 
 
 def image_bytes(image: str) -> int:
@@ -157,7 +145,7 @@ def built_image(folder: Path, timeout: float = 1500) -> str:
 def _build_into(folder: Path) -> None:
     """What the background process runs: the build, then its outcome in ``folder``."""
     try:
-        outcome = {"image": build_image(folder), "error": ""}
+        outcome = {"image": build_image(), "error": ""}
     except BaseException as error:  # noqa: BLE001 - the waiting test reports it
         outcome = {"image": "", "error": str(error)}
     draft = folder / (BUILD_RESULT + ".part")

@@ -160,8 +160,11 @@ def test_fingerprint_holds_on_a_cpu_that_rounds_the_other_way():
 
 def test_stored_values_are_what_the_script_makes(tmp_path):
     """Both files, made again here, hold the same values at the stated tolerance, and the same
-    checks; together they stay under the size the course allows."""
+    checks; together they stay under the size the course allows, and any user may read them (mode
+    0644: a container's grader is seldom the user who made them)."""
     make_test_values.write(tmp_path / "test_values.safetensors", tmp_path / "visible_checks.safetensors")
+    names = ("test_values.safetensors", "visible_checks.safetensors")
+    assert [(tmp_path / name).stat().st_mode & 0o777 for name in names] == [0o644, 0o644]
     for kept, made, tolerance in ((make_test_values.PATH, tmp_path / "test_values.safetensors", PUBLIC_VALUES),
                                   (checks.STORED, tmp_path / "visible_checks.safetensors", ACROSS_MACHINES)):
         kept_tensors, made_tensors = load_file(str(kept)), load_file(str(made))

@@ -44,6 +44,12 @@ def test_a_folder_that_is_not_a_course_exits_2_and_says_where_to_run(tmp_path):
     assert f"{tmp_path} is not a course folder: it has no nbgrader_config.py" in said, said
 
 
+def test_a_course_folder_that_does_not_exist_exits_2_and_names_it(tmp_path):
+    status, said = run("grade", "02_multihead_attention", "--course", str(tmp_path / "fall"))
+    assert status == 2
+    assert f"The course folder {tmp_path / 'fall'} does not exist: run this in the course folder" in said, said
+
+
 def test_a_second_grading_run_of_the_same_assignment_refuses(course):
     with Course(course).grading_lock("02_multihead_attention"):
         status, said = run("grade", "02_multihead_attention", "--course", str(course), "--unsafe-no-sandbox")

@@ -45,10 +45,12 @@ def shard_of(text: str) -> tuple[int, int]:
 
 def course_of(args):
     """The command's course folder, with its settings and the command line's overrides of them."""
+    from autograder.reading import course_folder
     from autograder.reading.config import load_settings
     from autograder.reading.course import Course
 
     root = Path(args.course).resolve()
+    course_folder.check(root)
     course = Course(root, load_settings(root, workers=getattr(args, "workers", None),
                                         cell_timeout=getattr(args, "cell_timeout", None),
                                         unsafe_no_sandbox=getattr(args, "unsafe_no_sandbox", False) or None))
@@ -383,12 +385,17 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
+    from autograder.reading.course_folder import refused
     from autograder.reading.errors import GradingError
 
     try:
         return args.run(args)
     except GradingError as error:
         print(f"autograder {args.command}: {error}", file=sys.stderr)
+        return 2
+    except PermissionError as error:  # a file the check of the course folder cannot foresee: said as plainly
+        print(f"autograder {args.command}: {refused(Path(error.filename or '?'), 'was refused access to')}",
+              file=sys.stderr)
         return 2
 
 

@@ -21,6 +21,7 @@ import torch
 
 import transformer_lm
 from autograder.reading.config import Autograder, load_settings
+from autograder.reading.course_folder import named
 from autograder.reading.errors import GradingError
 from autograder.reading.spec import Item
 
@@ -69,8 +70,8 @@ class Course:
         """Raises :class:`GradingError` unless this is a course folder that has ``assignment``,
         naming what was expected and the closest names."""
         if not (self.root / "nbgrader_config.py").exists():
-            raise GradingError(f"{self.root} is not a course folder: it has no nbgrader_config.py. Run this in the "
-                               f"course folder, or pass --course DIR.")
+            raise GradingError(f"{named(self.root)} is not a course folder: it has no nbgrader_config.py. Run this "
+                               "in the course folder, or pass --course DIR.")
         known = self.assignments()
         if assignment not in known:
             close = difflib.get_close_matches(assignment, known, n=3, cutoff=0.5)

@@ -49,9 +49,8 @@ def isolation_for(course: Course) -> sandbox.Isolation:
     say that a container is the wall (``unsafe_no_sandbox``)."""
     isolation = sandbox.detect_isolation()
     if isolation.name == "none" and not course.settings.unsafe_no_sandbox:
-        raise GradingError(f"Refusing to run student code without a sandbox: {isolation.detail}\n"
-                           "Install bubblewrap (sudo apt-get install bubblewrap), or, inside a container that is "
-                           "itself the wall, pass --unsafe-no-sandbox.")
+        raise GradingError(f"Refusing to run student code without a sandbox: {isolation.detail}. Only where a "
+                           "container is itself the wall, --unsafe-no-sandbox grades without one.")
     return isolation
 
 
