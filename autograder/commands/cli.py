@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import io
 import os
 import sys
@@ -68,32 +67,14 @@ def progress_bar(assignment: str):
         yield {"progress": lambda student: bar.update(), "announce": announce}
 
 
-def require_submissions(course, assignment: str, students: list[str] | None) -> None:
-    """Refuses, before anything is written, a ``--student`` who has no submission (a typo, most
-    often): grading one would put a student with no points in the gradebook and every export."""
-    from autograder.reading.errors import GradingError
-
-    missing = [student for student in students or [] if not course.submission_folder(assignment, student).is_dir()]
-    if not missing:
-        return
-    known = course.students(assignment)
-    looked = []
-    for student in missing:
-        close = difflib.get_close_matches(student, known, n=3, cutoff=0.6)
-        looked.append(f"{student} (nothing in {course.submission_folder(assignment, student)}"
-                      + (f"; did you mean {' or '.join(close)}?)" if close else ")"))
-    raise GradingError(f"no submission of {assignment} for {', '.join(looked)}. The grader reads a submission only "
-                       f"from submitted/<student>/{assignment}/ (where nbgrader collect and zip_collect put it). "
-                       "Nothing was graded or written.")
-
-
 def grade(args) -> int:
+    from autograder.reading import course_folder
     from autograder.recording import pipeline
 
     if args.regrade:
         return regrade_command(args)
     course = course_of(args)
-    require_submissions(course, args.assignment, args.student)
+    course_folder.require_submissions(course, args.assignment, args.student)
     with progress_bar(args.assignment) as hooks:
         grades = pipeline.grade_and_record(course, args.assignment, args.student, args.shard, **hooks)
     if not grades.results:
@@ -109,10 +90,11 @@ def grade(args) -> int:
 
 
 def regrade_command(args) -> int:
+    from autograder.reading import course_folder
     from autograder.recording import pipeline, regrade
 
     course = course_of(args)
-    require_submissions(course, args.assignment, args.student)
+    course_folder.require_submissions(course, args.assignment, args.student)
     with progress_bar(args.assignment) as hooks:
         grades, outcome = pipeline.regrade(course, args.assignment, args.student, **hooks)
     if grades.results:

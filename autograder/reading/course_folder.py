@@ -1,5 +1,6 @@
 """Why a course folder cannot be used, in one sentence, before a command writes anything: it does not
-exist, nothing is mounted at the TA container's ``/course``, or the command's user may not write it.
+exist, nothing is mounted at the TA container's ``/course``, the command's user may not write it, or a
+student named on the command line has no submission in it.
 
 In the container the course folder is ``/course``, which says little to a TA: docs/containers.md's
 commands pass the host's name for it in ``AUTOGRADER_COURSE_ON_HOST``, and every sentence here names
@@ -8,6 +9,7 @@ both.
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -56,3 +58,20 @@ def check(root: Path) -> None:
                if path.exists() and not os.access(path, os.R_OK | os.W_OK | (os.X_OK if path.is_dir() else 0))]
     if blocked:
         raise GradingError(refused(blocked[0]))
+
+
+def require_submissions(course, assignment: str, students: list[str] | None) -> None:
+    """Refuses, before anything is written, a ``--student`` who has no submission (a typo, most
+    often): grading one would put a student with no points in the gradebook and every export."""
+    missing = [student for student in students or [] if not course.submission_folder(assignment, student).is_dir()]
+    if not missing:
+        return
+    known = course.students(assignment)
+    looked = []
+    for student in missing:
+        close = difflib.get_close_matches(student, known, n=3, cutoff=0.6)
+        looked.append(f"{student} (nothing in {course.submission_folder(assignment, student)}"
+                      + (f"; did you mean {' or '.join(close)}?)" if close else ")"))
+    raise GradingError(f"no submission of {assignment} for {', '.join(looked)}. The grader reads a submission only "
+                       f"from submitted/<student>/{assignment}/ (where nbgrader collect and zip_collect put it). "
+                       "Nothing was graded or written.")
