@@ -19,9 +19,16 @@ for the visible checks, which ``tests/test_visible_and_hidden_agree.py`` holds t
 Every bank answer is put into the solution notebook, in place of that item's answer cell, and
 the whole bank is graded as one class through the real pipeline (preflight, warm sandboxes,
 trusted comparison), with the course's own secret. Per item the audit counts the mutants that
-lose the item's points (caught) and whose feedback names their mistake (named), the alternatives
-that keep the points, the library calls refused, and how many other items a mutant cost too (one
-mistake should cost once).
+lose the item's points (caught) and whose feedback names their mistake (named), the hidden checks
+that some mutant needs, the alternatives that keep the points, the library calls refused, and how
+many other items a mutant cost too (one mistake should cost once).
+
+A mutant needs a check when, with that check taken out, it would keep points it should lose: it
+failed that graded check alone. Each submission is graded once and its result lists every graded
+check of the item that failed (:func:`autograder.judging.judge.judge_item` judges them all), so
+the audit takes each check out by reading that list, not by grading again. A check no mutant
+needs proves nothing: the audit names it, and the bank gains the mistake that needs it (or lists
+it in ``KNOWN_GAPS`` as ``(grade_id, "check N")``, N counted from 1, with why).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from autograder.reading.errors import GradingError  # noqa: E402
 from autograder.recording.feedback_texts import Catalogue, catalogue  # noqa: E402
 from autograder.judging.grading import grade_class  # noqa: E402
 from autograder.reading.results import ItemResult  # noqa: E402
+from autograder.reading.spec import Explains, Item  # noqa: E402
 from transformer_lm import catalog  # noqa: E402
 from transformer_lm.instructor import concepts  # noqa: E402
 
@@ -102,6 +110,7 @@ class ItemAudit:
     mutants: list[Case]
     alternatives: list[Case]
     library: list[Case] = field(default_factory=list)
+    checks: dict[int, str] = field(default_factory=dict)  # each graded check's number (from 0): what it is
 
     @property
     def refused(self) -> int:
@@ -118,6 +127,20 @@ class ItemAudit:
     @property
     def kept(self) -> int:
         return sum(not case.lost_points for case in self.alternatives)
+
+    @property
+    def needed(self) -> set[int]:
+        """The graded checks some mutant needs: a check that a mutant which lost its points failed
+        alone, so that without it the mutant would have kept them."""
+        return {case.item.failed_checks[0] for case in self.mutants
+                if case.lost_points and len(case.item.failed_checks) == 1}
+
+
+def graded_checks(item: Item) -> dict[int, str]:
+    """The checks of ``item`` that can cost its points (not those that only explain), by their
+    number from 0, each as its kind and the object it checks."""
+    return {number: f"{type(check).__name__} of {check.object}" for number, check in enumerate(item.checks)
+            if not isinstance(check, Explains)}
 
 
 def mistake_of(label: str) -> catalog.Mistake:
@@ -193,7 +216,8 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
     with tempfile.TemporaryDirectory(prefix="autograder-audit-") as scratch:
         audit_course = _scratch_course(course, assignment, Path(scratch))
         prepared = Assignment.load(audit_course, assignment)
-        answers = {item.grade_id: item.answer_id for items in prepared.items.values() for item in items}
+        items = {item.grade_id: item for notebook in prepared.items.values() for item in notebook}
+        answers = {grade_id: item.answer_id for grade_id, item in items.items()}
         for kind, entries in (("mutant", {g: list(m.items()) for g, m in bank.mutants.items()}),
                               ("alternative", bank.alternatives), ("library", bank.library)):
             for grade_id, labelled in entries.items():
@@ -211,11 +235,12 @@ def run(course: Course, assignment: str, progress: Callable[[str], None] | None 
         graded = grade_class(audit_course, prepared, sorted(cases), isolation, progress)
     for result, _ in graded:
         cases[result.student].items = {item.grade_id: item for item in result.items}
-    audits = [ItemAudit(*(grade_id, *([c for c in cases.values() if c.grade_id == grade_id and c.kind == kind]
-                                      for kind in ("mutant", "alternative", "library"))))
-              for grade_id in answers]
+    audits = [ItemAudit(grade_id, *([c for c in cases.values() if c.grade_id == grade_id and c.kind == kind]
+                                    for kind in ("mutant", "alternative", "library")), graded_checks(item))
+              for grade_id, item in items.items()]
     sources = ["".join(cell["source"]) for cell in solution["cells"]]
-    return audits, problems(audits, bank.known_gaps) + outside_catalogue(audits, catalogue(prepared), sources)
+    return audits, (problems(audits, bank.known_gaps) + unneeded_checks(audits, bank.known_gaps)
+                    + outside_catalogue(audits, catalogue(prepared), sources))
 
 
 def outside_catalogue(audits: list[ItemAudit], texts: Catalogue, solution: list[str]) -> list[Problem]:
@@ -237,18 +262,20 @@ def _ratio(good: int, total: int) -> str:
 
 def table(audits: list[ItemAudit]) -> str:
     """The audit as a markdown table, a row per item and one for the whole assignment."""
-    rows = ["| item | mutants caught | mutants named | alternatives kept | library calls refused "
-            "| mutants that cost other items |", "|---|---|---|---|---|---|"]
+    rows = ["| item | mutants caught | mutants named | checks a mutant needs | alternatives kept "
+            "| library calls refused | mutants that cost other items |", "|---|---|---|---|---|---|---|"]
     for audit in audits:
         collateral = sum(bool(case.collateral) for case in audit.mutants)
         rows.append(f"| `{audit.grade_id}` | {_ratio(audit.caught, len(audit.mutants))} | "
-                    f"{_ratio(audit.named, len(audit.mutants))} | {_ratio(audit.kept, len(audit.alternatives))} | "
+                    f"{_ratio(audit.named, len(audit.mutants))} | {_ratio(len(audit.needed), len(audit.checks))} | "
+                    f"{_ratio(audit.kept, len(audit.alternatives))} | "
                     f"{_ratio(audit.refused, len(audit.library))} | {collateral} |")
     mutants = [case for audit in audits for case in audit.mutants]
     alternatives = [case for audit in audits for case in audit.alternatives]
     library = [case for audit in audits for case in audit.library]
     rows.append(f"| **all** | {_ratio(sum(c.lost_points for c in mutants), len(mutants))} | "
                 f"{_ratio(sum(c.lost_points and c.named for c in mutants), len(mutants))} | "
+                f"{_ratio(sum(len(a.needed) for a in audits), sum(len(a.checks) for a in audits))} | "
                 f"{_ratio(sum(not c.lost_points for c in alternatives), len(alternatives))} | "
                 f"{_ratio(sum(c.item.status == 'forbidden' for c in library), len(library))} | "
                 f"{sum(bool(c.collateral) for c in mutants)} |")
@@ -257,8 +284,9 @@ def table(audits: list[ItemAudit]) -> str:
 
 @dataclass
 class Problem:
-    """A mutant not caught or not named, or that cost other items too, or a correct alternative
-    that lost points; ``known`` holds why, where the bank lists it as a known gap."""
+    """A mutant not caught or not named, or that cost other items too, a correct alternative that
+    lost points, or a check no mutant needs; ``known`` holds why, where the bank lists it as a
+    known gap."""
 
     grade_id: str
     label: str
@@ -300,6 +328,20 @@ def problems(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) ->
                         f"({case.item.status}: {case.item.message[:200]})")
                 found.append(Problem(audit.grade_id, case.label, text,
                                      known_gaps.get((audit.grade_id, case.label), "")))
+    return found
+
+
+def unneeded_checks(audits: list[ItemAudit], known_gaps: dict[tuple[str, str], str]) -> list[Problem]:
+    """Every graded check that no mutant of the bank needs: taken out, no mutant would keep points
+    it should lose, so the bank holds no mistake that proves the check. Its label is ``check N``
+    (N from 1, in the order of the item's checks), as ``KNOWN_GAPS`` names it."""
+    found = []
+    for audit in audits:
+        for number in sorted(set(audit.checks) - audit.needed):
+            label = f"check {number + 1}"
+            text = (f"no mistake of the bank needs {label} of {audit.grade_id} ({audit.checks[number]}): every "
+                    f"mutant of the item that fails it fails another of its checks too, or none fails it")
+            found.append(Problem(audit.grade_id, label, text, known_gaps.get((audit.grade_id, label), "")))
     return found
 
 

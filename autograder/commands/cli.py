@@ -8,7 +8,7 @@
     autograder feedback ASSIGNMENT                                  feedback pages from the last grading
     autograder report ASSIGNMENT [--canvas-column 'Title (id)']     class report (HTML) and LMS exports
     autograder similarity ASSIGNMENT [--threshold X]                similar answers: classmates, reference, public code
-    autograder audit ASSIGNMENT                                     how well the hidden checks catch, name and keep
+    autograder audit ASSIGNMENT [--tables]                          how well the hidden checks catch, name and keep
     autograder demo [--keep DIR]                                    a small class, graded end to end in DIR
     autograder k8s ASSIGNMENT --shards N [--part merge]             Kubernetes Jobs that grade in shards
     autograder serve                                                students' checks before the deadline (Hub service)
@@ -211,7 +211,11 @@ def demo_command(args) -> int:
 def audit_command(args) -> int:
     from autograder.commands import audit
 
+    from autograder.commands import audit_tables
+
     course = course_of(args)
+    if args.tables:
+        audit_tables.require(course.root, args.assignment)
     with progress_bar(f"the audit bank of {args.assignment}") as hooks:
         audits, found = audit.run(course, args.assignment, **hooks)
     print(audit.table(audits))
@@ -219,6 +223,9 @@ def audit_command(args) -> int:
         print(problem.line())
     written = audit.write(course, args.assignment, audits, found)
     print(f"\nAudit: {written['audit']}\nFigure: {written['figure']}")
+    if args.tables:
+        changed = audit_tables.write(course.root, args.assignment, audit.table(audits))
+        print(f"Tables written: {', '.join(map(str, changed))}" if changed else "Tables: already the audit's.")
     return 1 if any(not problem.known for problem in found) else 0
 
 
@@ -311,6 +318,8 @@ def add_grading_commands(sub) -> None:
     p = assignment_parser(sub, "audit", audit_command, "grade the assignment's bank of mistakes and correct "
                           "alternatives, item by item", sandboxed=True)
     p.add_argument("--workers", type=int, help="submissions graded side by side (default: c.Autograder.workers)")
+    p.add_argument("--tables", action="store_true", help="write the audit's table of the assignment into README.md "
+                                                         "and docs/grading.md of the course folder (the repository)")
 
     p = assignment_parser(sub, "k8s", k8s_command,
                           "print Kubernetes Jobs that grade an assignment in shards, then merge", course=False)

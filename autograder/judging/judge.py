@@ -56,37 +56,37 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
 def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
                   passed: ItemResult, charged: set[int], flags: list[str]) -> ItemResult:
     """``passed`` when every probe of ``pids`` (one per check of the item, in order) passes;
-    otherwise the first problem, as a result. A check that only explains (:class:`Explains`) never
-    fails the item: its failure names the mistake of a failure found otherwise. ``charged``: the
-    answer cells of earlier items charged with a forbidden call; what the instructor should know
-    (a forbidden call) is added to ``flags``."""
+    otherwise the first problem, as a result, with every graded check that failed (each is judged,
+    so that the audit can tell which checks a mistake needs). A check that only explains
+    (:class:`Explains`) never fails the item: its failure names the mistake of a failure found
+    otherwise. ``charged``: the answer cells of earlier items charged with a forbidden call; what
+    the instructor should know (a forbidden call) is added to ``flags``."""
     answer = pre.answer(item.answer_id)
     answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
     failed = replace(passed, status="failed")
     explanation = None
     first = None
-    for check, pid in zip(item.checks, pids):
+    failing = []
+    for number, (check, pid) in enumerate(zip(item.checks, pids)):
         outcome = run.outcomes[pid]
         forbidden = _forbidden_call(item, outcome, answer.index if answer else None, answer_cells, charged, failed,
                                     flags)
         if forbidden is not None and forbidden.status == "forbidden":
             return forbidden
-        if forbidden is not None:
-            first = first or forbidden
-            continue
-        problem = _probe_problem(item, pid, outcome, assignment, pre, run, failed)
+        problem = forbidden or _probe_problem(item, pid, outcome, assignment, pre, run, failed)
         if problem is None:
             continue
-        if isinstance(check, Explains):
+        if isinstance(check, Explains) and forbidden is None:
             explanation = explanation or (problem if problem.status == "failed" else None)
-        elif first is None:
-            first = problem
+            continue
+        first = first or problem
+        failing.append(number)
     if first is None:
         return passed
     if explanation is not None and first.status in ("failed", "error", "killed"):
-        return replace(first, status="failed", message=f"{first.message} {explanation.message}",
-                       hint=explanation.hint or first.hint, mistake=explanation.mistake or first.mistake)
-    return first
+        first = replace(first, status="failed", message=f"{first.message} {explanation.message}",
+                        hint=explanation.hint or first.hint, mistake=explanation.mistake or first.mistake)
+    return replace(first, failed_checks=failing)
 
 
 def _forbidden_call(item: Item, outcome: runner.ProbeOutcome, own: int | None, answer_cells: set[int],

@@ -30,6 +30,7 @@ class ItemResult:
     mistake: str | None = None
     deduction: str = ""
     answer: str = ""  # the answer cell graded (several items may share one)
+    failed_checks: list[int] = field(default_factory=list)  # the item's graded checks (from 0) its answer failed
 
     @property
     def test_id(self) -> str:

@@ -70,8 +70,17 @@ ATTENTION_FUNCTION_MISTAKES = MistakeFamily({mistake: functools.partial(_attenti
                                              for mistake in catalog.revealed_by({"mask"})})
 """The catalogued mistakes an attention function of ``(q, k, v[, mask])`` can make."""
 
-SOFTMAX_MISTAKES = MistakeFamily({catalog.BY_NAME["softmax_wrong_dim"]: lambda x: torch.softmax(x, dim=0)})
-"""A softmax function of one tensor normalised over the first dimension instead of the last."""
+SOFTMAX_OVERFLOW = catalog.Mistake(
+    "softmax_not_shifted", "softmax without shifting each row by its largest score",
+    "exp of a score above about 88 is inf in float32, and inf / inf is NaN, so scores in the hundreds "
+    "overflow. A softmax is unchanged when every score of a row is shifted by the same number: shift each row so "
+    "that its largest score is 0 before the exponential.")
+"""The naive softmax, ``exp(x) / exp(x).sum()``: right on small scores, NaN where a score's exp overflows."""
+
+SOFTMAX_MISTAKES = MistakeFamily({catalog.BY_NAME["softmax_wrong_dim"]: lambda x: torch.softmax(x, dim=0),
+                                  SOFTMAX_OVERFLOW: lambda x: x.exp() / x.exp().sum(dim=-1, keepdim=True)})
+"""A softmax function of one tensor normalised over the first dimension instead of the last, or
+written without its shift, which overflows."""
 
 CONTEXT_VECTOR_MISTAKES = MistakeFamily({
     catalog.BY_NAME["softmax_wrong_dim"]: lambda x: flawed_attention(x, x, x, None, Flaws(scale="none",

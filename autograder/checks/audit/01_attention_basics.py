@@ -10,6 +10,7 @@ def mutants(answer):
         "softmax_stable": {
             "softmax_wrong_dim": answer("softmax_stable", ("x.amax(dim=-1, keepdim=True)", "x.amax(dim=0, keepdim=True)"),
                                         ("exps.sum(dim=-1, keepdim=True)", "exps.sum(dim=0, keepdim=True)")),
+            "softmax_not_shifted": answer("softmax_stable", ("x - x.amax(dim=-1, keepdim=True)", "x")),
         },
         "context_vectors": {
             "softmax_wrong_dim": answer("context_vectors", ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=0)")),
@@ -35,6 +36,8 @@ def mutants(answer):
                                           "weights = self.dropout(weights.masked_fill(future, 0.0))")),
             "dropout_in_eval": answer("causal_attention", ("weights = self.dropout(weights)",
                                                            "weights = torch.nn.functional.dropout(weights, 0.5)")),
+            "dropout_in_eval: at the module's rate": answer("causal_attention", (
+                "weights = self.dropout(weights)", "weights = torch.nn.functional.dropout(weights, self.dropout.p)")),
         },
         "multihead_attention": {
             "softmax_wrong_dim": answer("multihead_attention", ("dim=-1)   # (b, H, T, T), over the keys",
@@ -64,6 +67,8 @@ def mutants(answer):
                                                                         "return context")),
             "dropout_in_eval": answer("multihead_attention", ("weights = self.dropout(weights)",
                                                               "weights = torch.nn.functional.dropout(weights, 0.5)")),
+            "dropout_in_eval: at the module's rate": answer("multihead_attention", (
+                "weights = self.dropout(weights)", "weights = torch.nn.functional.dropout(weights, self.dropout.p)")),
         },
     }
 
@@ -183,7 +188,40 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {}
+ONE_TOKEN = ("one token: the catalogued mistakes give the right answer there (a softmax over one score is 1); the "
+             "check catches code written for several tokens only (a shape in the code, a squeeze), which raises an "
+             "error and is no catalogued mistake")
+BIAS = ("the one check with qkv_bias=True: it catches a class that leaves the bias out, which the catalogue does not "
+        "hold; each catalogued mistake it catches fails another check too")
+LONGER_CONTEXT = ("the one check whose context_length is longer than the sequence: it catches a mask not cut to the "
+                  "sequence, which raises an error and is no catalogued mistake; each catalogued mistake it catches "
+                  "fails another check too")
+WRAPPER = ("the wrapper and the factory make no catalogued mistake of their own (a mistake in the heads is "
+           "CausalAttention's, charged there): the check stands for the width and the heads the exercise asks for")
+KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
+    ("softmax_stable", (1,), "ordinary scores, with the gradient: each catalogued softmax mistake that fails it "
+                             "fails the check at scores in the hundreds too; it stands for an answer whose gradient "
+                             "does not flow (.item(), NumPy), which the catalogue does not hold"),
+    ("softmax_stable", (3,), "a 1-D input: it catches a softmax written for 2-D inputs only (dim=1, x.T), which "
+                             "raises an error and is no catalogued mistake"),
+    ("context_vectors", (2,), ONE_TOKEN),
+    ("self_attention_v1", (2,), ONE_TOKEN),
+    ("self_attention_v2", (1,), "the first of its shapes: each catalogued mistake it catches (the softmax's "
+                                "dimension, the scaling) fails the check with a bias too"),
+    ("self_attention_v2", (2,), BIAS),
+    ("self_attention_v2", (3,), ONE_TOKEN),
+    ("transfer_weights", (1,), "the catalogue has no mistake of the weight transfer: weights copied without their "
+                               "transpose raise an error on these shapes, which the check reports"),
+    ("causal_attention", (1,), LONGER_CONTEXT),
+    ("causal_attention", (2,), BIAS),
+    ("multihead_wrapper", (1, 2), WRAPPER),
+    ("two_dim_wrapper", (1,), WRAPPER),
+    ("multihead_attention", (1,), LONGER_CONTEXT),
+    ("multihead_attention", (2,), BIAS),
+    ("multihead_attention", (3,), ONE_TOKEN),
+    ("multihead_attention", (5,), "the error for a d_out that num_heads does not divide: leaving that check out is "
+                                  "no catalogued mistake"),
+) for number in numbers}
 
 
 def library(answer):

@@ -152,7 +152,26 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {}
+SHAPES = ("one of the item's shapes: each catalogued mistake it catches fails another of the item's checks too; it "
+          "stands for code that holds a size of its own (a width, a head count, a batch) and breaks on another, "
+          "which raises an error or gives a wrong shape and is no catalogued mistake")
+ONE_TOKEN = ("one token: the catalogued mistakes give the right answer there (a softmax over one score is 1), or fail "
+             "another check too; it catches code written for several tokens only, no catalogued mistake")
+LAYERS = ("the layers' names and shapes: the catalogue holds no mistake of the constructor (a layer left out, "
+          "in and out swapped), which the check names in its own words")
+RAISES = ("the error for a hidden size that the head count does not divide: leaving that check out is no catalogued "
+          "mistake")
+KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
+    ("self_attention_init", (1, 2), LAYERS),
+    ("self_attention_forward", (1, 3, 4), SHAPES),
+    ("self_attention_forward", (2,), ONE_TOKEN),
+    ("mha_scores", (1, 2, 4), SHAPES),
+    ("mha_scores", (3,), ONE_TOKEN),
+    ("mha_causal_mask", (1, 3), SHAPES),
+    ("mha_causal_mask", (2,), ONE_TOKEN),
+    ("mha_output", (1, 2), SHAPES),
+    ("mha_output", (3, 4), RAISES),
+) for number in numbers}
 
 
 def library(answer):

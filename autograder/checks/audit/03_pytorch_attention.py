@@ -279,7 +279,33 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {}
+SHAPES = ("one of the item's shapes: each catalogued mistake it catches fails another of the item's checks too; it "
+          "stands for code that holds a size of its own (a width, a head count, a batch) and breaks on another, "
+          "which raises an error or gives a wrong shape and is no catalogued mistake")
+ONE_TOKEN = ("one token (one query): the catalogued mistakes give the right answer there, or fail another check too; "
+             "it catches code written for several tokens only, no catalogued mistake")
+FLOAT_MASK = ("a float mask, added to the scores: the catalogued mask mistakes are a boolean mask's and fail another "
+              "check too; it stands for a float mask used as a boolean one or left out, no catalogued mistake")
+MASK_LEAD = ("a mask of its own per batch entry (or per sequence, shared by the heads): it stands for a mask "
+             "broadcast the wrong way, which raises an error or mixes rows and is no catalogued mistake; each "
+             "catalogued mistake it catches fails another check too")
+DROPOUT = ("one of the two checks with dropout in eval mode: dropout left on fails both, so neither alone is needed; "
+           "they differ in norm_first, whose mistake (the norm on the wrong side) the catalogue does not hold")
+KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
+    ("my_attention", (1, 2), SHAPES),
+    ("my_attention", (3, 4), FLOAT_MASK),
+    ("my_attention", (5,), ONE_TOKEN),
+    ("my_attention", (6, 7), MASK_LEAD),
+    ("self_attention_head", (1,), SHAPES),
+    ("self_attention_head", (3,), FLOAT_MASK),
+    ("self_attention_head", (4,), ONE_TOKEN),
+    ("multiheaded_self_attention", (1, 5), SHAPES),
+    ("multiheaded_self_attention", (3,), FLOAT_MASK),
+    ("multiheaded_self_attention", (4,), ONE_TOKEN),
+    ("transformer_decoder_layer", (1, 2), SHAPES),
+    ("transformer_decoder_layer", (3,), ONE_TOKEN),
+    ("transformer_decoder_layer", (4, 5), DROPOUT),
+) for number in numbers}
 
 
 def library(answer):

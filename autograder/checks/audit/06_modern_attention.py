@@ -151,7 +151,29 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {}
+OTHERS_TOO = ("each catalogued mistake it catches fails another of the item's checks too; it stands for a setting "
+              "of its own (a head grouping, a window, a cache, padding, one token) that code can get wrong in ways "
+              "the catalogue does not hold")
+ROTATIONS = ("one of four rotations: each catalogued RoPE mistake fails all four; they stand for a base, a start "
+             "position or per-sequence positions left out, which the catalogue does not hold")
+WINDOW_SHAPES = ("one of the window's shapes: the window off by one fails it and three others; it stands for a "
+                 "window counted from the wrong end of the keys, which the catalogue does not hold")
+NO_MISTAKE_SHOWS = ("no catalogued mistake shows in this setting (a key/value head repeated either way is the same "
+                    "when heads and key/value heads are as many, or when there is one); it stands for the positions' "
+                    "start and the rotation's base, which code can leave out, and the catalogue does not hold that")
+CACHE_SIZE = ("the catalogue holds no mistake of the cache's size: the check stands for the keys and the values "
+              "both counted and the dtype's bytes per number, which the check reports as a wrong number")
+KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
+    ("apply_rope", (1, 2, 3, 4), ROTATIONS),
+    ("sliding_window_mask", (1, 3, 4, 5), WINDOW_SHAPES),
+    ("sliding_window_mask", (2,), "a window as long as the sequence, which is the causal mask: the window off by "
+                                  "one gives the right mask there; it stands for a window mask that is not causal, "
+                                  "no catalogued mistake"),
+    ("grouped_query_attention", (1, 3), NO_MISTAKE_SHOWS),
+    ("grouped_query_attention", (2, 4, 5, 6, 7, 8, 10), OTHERS_TOO),
+    ("padded_generation", (1, 2, 3, 4, 5), OTHERS_TOO),
+    ("kv_cache_bytes", (1, 2, 3), CACHE_SIZE),
+) for number in numbers}
 
 
 def library(answer):
