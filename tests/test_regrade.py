@@ -147,3 +147,19 @@ def test_reports_from_before_versions_still_load():
     data = SubmissionResult("a", A, 1, 1, items=[item("x", 1)]).to_json()
     del data["checks_version"]
     assert SubmissionResult.from_json(data).checks_version == ""
+
+
+def test_stored_values_written_again_unchanged_keep_the_checks_version(tmp_path):
+    """safetensors writes a header's metadata in an order of its own: the same values stored again
+    must not read as new checks (every report out of date), while a changed value must."""
+    import torch
+    from safetensors.torch import save_file
+
+    from autograder.reading.course import content_digest
+
+    values, metadata = {"a": torch.arange(4.0), "b": torch.ones(2, 3)}, {"seed": "2024", "made_by": "a script"}
+    save_file(values, tmp_path / "one.safetensors", metadata=metadata)
+    save_file(values, tmp_path / "two.safetensors", metadata=dict(reversed(list(metadata.items()))))
+    save_file({**values, "a": torch.arange(4.0) + 1}, tmp_path / "changed.safetensors", metadata=metadata)
+    digests = [content_digest(tmp_path / f"{name}.safetensors") for name in ("one", "two", "changed")]
+    assert digests[0] == digests[1] != digests[2]

@@ -8,6 +8,7 @@ import difflib
 import fcntl
 import hashlib
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -161,7 +162,7 @@ def checks_version(course: Course, assignment: str) -> str:
     hidden checks file, its stand-ins, the release notebooks, and every file of the course's package
     ``transformer_lm`` as the grader imports it (the reference, the concept modules, the mistakes'
     code, the kinds of check and their judges, the tolerance policy, the probes), each by its path
-    and bytes. A report graded under another version is out of date (``autograder grade
+    and content (:func:`content_digest`). A report graded under another version is out of date (``autograder grade
     --regrade``). The grading pipeline itself (``autograder/``) is not in it: a change there needs
     a full grading again."""
     digest = hashlib.sha256()
@@ -172,8 +173,21 @@ def checks_version(course: Course, assignment: str) -> str:
     paths += [(f"transformer_lm/{path.relative_to(COURSE_CODE)}", path) for path in sorted(COURSE_CODE.rglob("*"))
               if path.is_file() and "__pycache__" not in path.parts]
     for name, path in paths:
-        digest.update(f"{name}\n{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+        digest.update(f"{name}\n{content_digest(path)}\n".encode())
     return digest.hexdigest()[:12]
+
+
+def content_digest(path: Path) -> str:
+    """The sha256 of a file's bytes; for a safetensors file, of its header written with sorted keys, then
+    its data. Why: safetensors writes a header's metadata in an order of its own choosing, so the same
+    values stored again (``make_test_values`` run with nothing changed) would otherwise read as new
+    checks, and every report as out of date."""
+    data = path.read_bytes()
+    if path.suffix != ".safetensors":
+        return hashlib.sha256(data).hexdigest()
+    size = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + size]), sort_keys=True).encode()
+    return hashlib.sha256(header + data[8 + size:]).hexdigest()
 
 
 def load_checks(course: Course, assignment: str) -> ModuleType:
