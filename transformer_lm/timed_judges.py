@@ -88,13 +88,14 @@ class SkipTimeJudge:
     def figures(self, record: dict[str, torch.Tensor]) -> tuple[float, float] | None:
         """The answer's ratio (:func:`paired_ratio` of its windows, in the order they ran) and the
         course's; None when a window counted for nothing."""
-        seconds = [float(record[f"clock.w{window}"]) for window in sorted(self.causal + self.full)]
+        order = sorted(self.causal + self.full)
+        seconds = [float(record[f"clock.w{window}"]) for window in order]
         if any(math.isnan(s) for s in seconds):
             return None
         course = float(record["reference.own"])
         if not course > 0:
             raise ValueError("the course's code was not timed in this sandbox")
-        return paired_ratio(seconds, [window in self.causal for window in sorted(self.causal + self.full)]), course
+        return paired_ratio(seconds, [window in self.causal for window in order]), course
 
 
 def paired_ratio(seconds: list[float], causal: list[bool]) -> float:
