@@ -5,13 +5,13 @@
 
 For each honest answer of the corpus (the forwards of ``tests/honest_forward.py`` with the
 solution's backward, the backwards of ``tests/honest_backward.py`` with the solution's forward),
-each answer that computes the tiles the causal mask hides (``tests/skipping_evasions.py``) and the
-catalogued mistake of one key block too many, it grades the two timed checks through the grader's
-own runs (the answer's run, and the course's once per sandbox) and prints, for each check, the
+each answer that computes the tiles the causal mask hides (``tests/skipping_evasions.py``) and an
+answer that visits one key block too many, it grades the two timed checks through the grader's
+own runs (the answer's run, and the course's once per class) and prints, for each check, the
 answer's ratio (its fastest causal call's CPU time over its fastest call without the mask), the
 course's ratio on the same inputs, and the quotient of the two, which the judge holds to
-``OWN_FACTOR``. Two answers it does not claim to catch are shown apart: the catalogued mistake of
-one key block too many, and a call that wastes time without the mask. Then, for each check, the largest quotient an honest answer reached, the smallest
+``OWN_FACTOR``. Two answers it does not claim to catch are shown apart: one key block too many per
+query block, and a call that wastes time without the mask. Then, for each check, the largest quotient an honest answer reached, the smallest
 an evasion reached, and the margins from the limit. ``--hog`` runs a process that keeps a core
 busy beside it all, as another grading job or a student's notebook would.
 """
@@ -61,7 +61,7 @@ def answers() -> dict[str, tuple[dict[str, str], dict[str, str]]]:
               for name, source in evasions.forward_evasions().items()}
     found |= {f"evasion {name}": ({**honest, "backward": "evasion"}, {"flash_backward": source})
               for name, source in evasions.backward_evasions().items()}
-    found["mistake one key block too many"] = ({**honest, "forward": "not caught"},
+    found["not claimed one key block too many"] = ({**honest, "forward": "not caught"},
                                                {"flash_forward": evasions.one_block_too_many()})
     found["not claimed inflated without mask"] = ({**honest, "forward": "not caught"},
                                                   {"flash_forward": evasions.inflated_without_mask()})

@@ -69,8 +69,9 @@ def inflated_without_mask() -> str:
 
 
 def one_block_too_many() -> str:
-    """The catalogued mistake ``causal_skip_one_extra_block`` (the audit bank's mutant): each query
-    block visits the key block after its end too, 43 of 64 tiles at the timed size instead of 36."""
+    """Each query block visits the key block after its end too, 43 of 64 tiles at the timed size
+    instead of 36: no more than 4/3 of the honest work at any sizes, which the honest answers' own
+    spread covers, so the grader does not claim it (docs/threat-model.md, not claimed)."""
     return edited(solution_cell("flash_forward"), (KEY_LOOP, KEY_LOOP.replace("q_stop", "q_stop + block_k")))
 
 

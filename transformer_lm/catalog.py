@@ -214,12 +214,6 @@ TILING: tuple[Mistake, ...] = (
         TilingFlaws(causal_blocks="miss_diagonal"), frozenset({"causal", "work"}),
     ),
     Mistake(
-        "causal_skip_one_extra_block", "causal skipping visits one key block too many",
-        "A key block that starts at or after the query block's end (key_start >= query_stop) lies wholly in "
-        "the future of every query in the block: stop there, range(0, min(T_k, query_stop), block_k).",
-        TilingFlaws(causal_blocks="one_extra"), frozenset({"work"}),
-    ),
-    Mistake(
         "future_blocks_computed", "key blocks wholly in the future computed under the causal mask",
         "With causal=True, the key blocks that start at or after the query block's end are all masked: "
         "skip them (range(0, min(T_k, query_stop), block_k)) instead of computing them and masking every score.",

@@ -49,7 +49,7 @@ class TilingFlaws:
     output_not_rescaled: bool = False  # the running output kept when the maximum grows
     global_maximum: bool = False  # one running maximum shared by every row (of every batch and head)
     lse_without_max: bool = False  # log(total) returned as the log-sum-exp
-    causal_blocks: str = "skip"  # "miss_diagonal": stop before the query block starts; "one_extra"; "all"
+    causal_blocks: str = "skip"  # "miss_diagonal": stop before the query block starts; "all"
     delta_from_tile: bool = False  # D = rowsum(P * dP) over one tile instead of rowsum(dO * O)
     delta_left_out: bool = False  # dS = P * dP, without D
     dk_unscaled: bool = False  # dk = dS^T q, without the 1/sqrt(d) the scores were scaled by

@@ -80,8 +80,8 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         ids = {i.grade_id for i in items} - set(pre.item_status)
         own = {pid for pid, gid in assignment.probe_item.items() if gid in ids and pid not in assignment.stand_ins}
         run = _run(assignment, pre, own, worker)
-        late = {pid for pid, gid in assignment.probe_item.items()
-                if pid in assignment.stand_ins and gid in _late_items(assignment, notebook, pre, run)}
+        late_items = _late_items(assignment, notebook, pre, run)
+        late = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items}
         if late:
             run.merge(_run(assignment, pre, late, worker))
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
@@ -121,13 +121,13 @@ def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.
 
 def _with_reference(assignment: Assignment, found: runner.RunResult, worker: runner.Worker,
                     limits: runner.RunLimits) -> None:
-    """Puts beside each timed record the course's figures on the same inputs, in the same sandbox."""
+    """Puts beside each timed record the course's figures on the same inputs, made in a sandbox of the class."""
     base = {pid: pid.removesuffix(WITH_COURSE_CODE) for pid, outcome in found.outcomes.items()
             if outcome.record and assignment.prepared[pid].clocked is not None}
     if not base:
         return
-    figures = clocked.reference_figures(worker, {pid: assignment.prepared[pid] for pid in set(base.values())},
-                                        assignment.reference_code, limits, runner.MOUNTS["out"])
+    figures = assignment.course_figures.of(worker, {pid: assignment.prepared[pid] for pid in set(base.values())},
+                                           assignment.reference_code, limits, runner.MOUNTS["out"])
     for pid, original in base.items():
         found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
 

@@ -5,15 +5,15 @@ Why here: the server reads a run's CPU clock around each window of a timed call
 (:mod:`autograder.running.harness.clock`), and only the trusted side may turn those readings into a
 verdict. What a timed call costs depends on the machine and its load, so a figure means something
 only beside the course's own on the same inputs, in the same sandbox: the course's code runs the
-same windows in a run of its own (it holds no student code), once per sandbox, and its figures join
-every record of that check.
+same windows in a run of its own (it holds no student code), once per class (:class:`CourseFigures`),
+and its figures join every record of that check.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import weakref
+import threading
 
 import torch
 from safetensors.torch import save_file
@@ -30,10 +30,6 @@ REFERENCE = "+reference"
 """The suffix of a timed probe's id when the course's code makes its calls."""
 REFERENCE_SECONDS = 120.0
 """How long the course's timed calls may take together."""
-KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""For each worker, the sandbox its course's figures were measured in, and the figures."""
-
-
 def reference_windows(clocked: Clocked) -> list[dict]:
     """The keyword arguments of the course's windows: those of the answer's windows they reuse."""
     return [clocked.windows[window] for window in clocked.reference]
@@ -94,17 +90,39 @@ def with_reference(record: dict[str, torch.Tensor], own: float) -> dict[str, tor
     return {**record, "reference.own": torch.tensor(own, dtype=torch.float64)}
 
 
+class CourseFigures:
+    """The course's figures of one class's timed checks, made once, in the sandbox of the first worker
+    that needs them, and shared by the class's other workers, which wait for them.
+
+    Why once per class: the figure is a ratio of CPU times of calls made one after the other in
+    one process (:func:`~transformer_lm.timed_judges.paired_ratio`), which the sandboxes of one
+    machine and one set of limits share; made again in each worker's sandbox, it cost each
+    worker about six seconds of assignment 05's grading. A figure that could not be made (NaN) is
+    tried again at the next need."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._figures: dict[tuple, float] = {}
+
+    def of(self, worker, prepared: dict[str, Prepared], code: dict, limits, out: str) -> dict[str, float]:
+        """The figures of ``prepared``'s timed probes under ``limits`` (see :func:`reference_figures`)."""
+        key = (json.dumps(limits.absent, sort_keys=True), limits.memory_cap)
+        with self._lock:
+            missing = {pid: prep for pid, prep in prepared.items()
+                       if not self._figures.get((pid, *key), math.nan) > 0}
+            if missing:
+                made = reference_figures(worker, missing, code, limits, out)
+                self._figures.update({(pid, *key): figure for pid, figure in made.items()})
+            return {pid: self._figures[(pid, *key)] for pid in prepared}
+
+
 def reference_figures(worker, prepared: dict[str, Prepared], code: dict, limits,
                       out: str) -> dict[str, float]:
     """For each timed probe of ``prepared``, the course's ratio of its causal windows' CPU time to its
     windows' without the mask (:func:`~transformer_lm.timed_judges.paired_ratio`; NaN when a window did not count), from a run of the course's
     code (``code``, standing in for each check's ``stands_in``) in the worker's sandbox, under the
     ``limits`` of the answers' runs (what they take out of PyTorch, the memory cap and its
-    allocator); ``out`` is the results folder as the worker reads it. Made once per sandbox: a fresh
-    sandbox measures again."""
-    kept = KEPT.get(worker)
-    if kept is not None and kept[0] is worker.session and set(prepared) <= set(kept[1]):
-        return kept[1]
+    allocator); ``out`` is the results folder as the worker reads it."""
     names = {pid + REFERENCE: prep for pid, prep in prepared.items()}
     calls = {name: {**prep.call.plan(), "untraced": True, "windows": reference_windows(prep.clocked),
                     "stand_ins": [prep.clocked.stands_in]} for name, prep in names.items()}
@@ -124,5 +142,4 @@ def reference_figures(worker, prepared: dict[str, Prepared], code: dict, limits,
         causal = [prep.clocked.windows[window]["causal"] for window in prep.clocked.reference]
         counted = len(seconds) == len(causal) and all(isinstance(s, int) for s in seconds)
         figures[pid] = paired_ratio(seconds, causal) if counted else math.nan
-    KEPT[worker] = (worker.session, figures)
     return figures

@@ -215,7 +215,7 @@ def flawed_key_blocks(query_start: int, query_stop: int, keys: int, block_k: int
     """:func:`transformer_lm.instructor.reference.key_blocks` as a student might write it."""
     if not causal or flaws.causal_blocks == "all":
         return range(0, keys, block_k)
-    stop = {"skip": query_stop, "miss_diagonal": query_start, "one_extra": query_stop + block_k}[flaws.causal_blocks]
+    stop = {"skip": query_stop, "miss_diagonal": query_start}[flaws.causal_blocks]
     return range(0, min(keys, stop), block_k)
 
 

@@ -5,8 +5,7 @@ Why these sizes: the work a call may skip must outweigh anything else it does, o
 say more about how the answer is written than about which tiles it computed. So the queries and
 keys have many features and the values few (the products that make the scores dominate each
 tile's cost), and the tiles are large (Python's cost per tile, a few dozen microseconds, is small
-beside each tile's products). With four blocks of each, a causal call visits 10 of the 16 tiles,
-and one key block too many per query block 13: few enough blocks for that mistake to show too.
+beside each tile's products). With eight blocks of each, a causal call visits 36 of the 64 tiles.
 The calls run in the run that the memory cap bounds (48 MiB more than it held before its first
 cell), with the cap's allocator, as the course's code runs for the figures they are compared with;
 the backward's features are half the forward's, so that a backward kept in float64 fits there.
@@ -50,7 +49,7 @@ REPEATS = 5
 clone's test run (two test workers beside each other's sandboxes) once let an answer that sweeps dk
 and dv over every tile through, and with the fastest of five, once again."""
 REFERENCE_REPEATS = 5
-"""How many times the course's code makes each window's call: its figure, made once per sandbox
+"""How many times the course's code makes each window's call: its figure, made once per class
 and compared with every answer's, is the median of twenty-five pairs, so that a moment of load
 when it was made does not move every answer's limit."""
 FORWARD_NAMES = ("q", "k", "v")

@@ -282,7 +282,7 @@ def _efficient_attention() -> dict[str, list[Entry]]:
         "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
                              FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "memory"),
                              *capped_checks("flash_forward", names_mistakes=False)),
-        # the trace's count first, which names one block too many; then the NaN key block, which no
+        # the trace's count first, which says how many tiles ran; then the NaN key block, which no
         # inflated count can pass (the grader's check)
         "causal_skipping": each("flash_forward", CausalWorkCheck("flash_forward", TILED_MEMORY_CASE),
                                 SkippedTilesCheck("flash_forward", TILED_MEMORY_CASE)),

@@ -260,7 +260,6 @@ def mutants(answer):
         },
         "causal_skipping": {
             "future_blocks_computed": answer(FF, (KEY_LOOP, "for k_start in range(0, T_k, block_k):")),
-            "causal_skip_one_extra_block": answer(FF, (KEY_LOOP, KEY_LOOP.replace("q_stop", "q_stop + block_k"))),
         },
         "flash_backward": {
             "delta_from_tile": answer(FB, (D_SCORES, "d_scores = weights * (d_weights - (weights * d_weights)"
@@ -359,13 +358,7 @@ KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
     ("flash_memory", (1, 2, 3), CAPPED_MODE),
     ("flash_backward", (1, 3), VALUE_CASE),
     ("backward_memory", (2, 3), BACKWARD_CAPPED),
-) for number in numbers} | {
-    ("causal_skipping", "causal_skip_one_extra_block"):
-        "Work is judged by CPU time, and one key block too many per query block is 43 tiles of 64 against 36 at "
-        "the timed size: its ratio measured 1.09 to 1.24 times the course's, among the honest answers' (up to "
-        "1.32; benchmarks/skipping_calibration.py), so no limit between them would hold. The trace still names "
-        "it when the item fails for another reason; a trace only explains.",
-}
+) for number in numbers}
 
 
 def library(answer):
