@@ -6,7 +6,7 @@ mistake with it. What each mistake computes, the deliberately breakable twins of
 that the flaws switch on, is in :mod:`transformer_lm.instructor.mistakes`, on the instructor's side with the
 reference.
 
-The four families of mistakes below are the course's own (today's decoders' in
+The five families of mistakes below are the course's own (today's decoders' in
 :mod:`transformer_lm.decoder_catalog`). A concept added later writes its
 mistakes beside its reference, in a :class:`transformer_lm.instructor.mistake_family.MistakeFamily`, which
 :func:`register` adds to :data:`BY_NAME` when the concept's module is imported; such a mistake
@@ -25,7 +25,8 @@ from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the c
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
-    return [mistake for mistake in ATTENTION if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+    return [mistake for mistake in ATTENTION + PYTORCH_ATTENTION
+            if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
 
 
 def tiling_mistakes(shows_with: str) -> list[Mistake]:
@@ -129,6 +130,25 @@ ATTENTION: tuple[Mistake, ...] = (
         Flaws(dropout_in_eval=0.5), frozenset({"dropout"}),
     ),
 )
+
+PYTORCH_ATTENTION: tuple[Mistake, ...] = (
+    Mistake(
+        "float_mask_ignored", "a float mask left out of the scores",
+        "A float attn_mask is added to the scores before the softmax, as in F.scaled_dot_product_attention: "
+        "0 keeps a score, -inf blocks it, and any other number shifts it. Code that applies only a boolean mask "
+        "must add a float one too: scores = scores + attn_mask.",
+        Flaws(float_mask_ignored=True), frozenset({"float_mask"}),
+    ),
+    Mistake(
+        "output_squeezed", "the output squeezed, which drops every dimension of size 1",
+        "squeeze() with no argument removes every dimension of size 1, so a single token, a single query or a "
+        "batch of one loses a dimension that the caller expects. Return the output in the shape of the input, "
+        "(..., seq, width): leave the squeeze out, or give it the one dimension you mean to drop.",
+        Flaws(squeeze_output=True), frozenset({"one_token"}),
+    ),
+)
+"""Mistakes of attention written as PyTorch's functions and layers take it (assignment 03): a float
+mask, and shapes with a dimension of size 1."""
 
 GENERATION: tuple[Mistake, ...] = (
     Mistake(
@@ -290,7 +310,7 @@ TILING: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING + DECODER
+CATALOG: tuple[Mistake, ...] = ATTENTION + PYTORCH_ATTENTION + GENERATION + TILING + DECODER
 
 BY_NAME: dict[str, Mistake] = {mistake.name: mistake for mistake in CATALOG}
 """Every mistake by name: the catalogue's own, and those a concept's family registered."""

@@ -25,6 +25,8 @@ class Flaws:
     merge_without_transpose: bool = False
     skip_output_projection: bool = False
     dropout_in_eval: float = 0.0
+    float_mask_ignored: bool = False  # an additive float mask left out, only a boolean one applied
+    squeeze_output: bool = False  # the output squeezed: every dimension of size 1 dropped
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
     ``shows_with`` lists the features a test needs for the mistake to change the result
-    ("heads", "mask", "causal", "projection", "dropout"); one feature is enough.
+    ("heads", "mask", "float_mask", "causal", "projection", "dropout", "one_token"); one feature is enough.
     """
 
     name: str

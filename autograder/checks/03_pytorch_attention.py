@@ -73,9 +73,9 @@ ITEMS = [
         attention_function((3,), 6, 6, 8, 5, mask="bool"),                     # a batch, one mask for all
         attention_function((2, 3), 4, 7, 3, 6, mask="float"),                  # a batch of heads, biases and -inf
         attention_function((), 7, 3, 5, 4, mask="float"),                      # 2-D, fewer keys than queries
-        attention_function((), 1, 1, 2, 3, mask="bool"),                       # one query, one key
-        attention_function((2,), 1, 5, 4, 2, mask="bool", mask_lead=(2,)),     # one query; a mask per batch entry
-        attention_function((2, 2), 6, 4, 6, 1, mask="bool", mask_lead=(2, 1)),  # a mask per sequence, shared by heads
+        attention_function((), 1, 1, 2, 1, mask="bool"),                       # one query, one key, values of width 1
+        attention_function((2,), 3, 5, 4, 2, mask="bool", mask_lead=(2,)),     # a mask per batch entry
+        attention_function((2, 2), 6, 4, 6, 3, mask="bool", mask_lead=(2, 1)),  # a mask per sequence, shared by heads
     ), forbids=LIBRARY_ATTENTION, defines=("my_attention",)),
     Item("self_attention_head", points=2, checks=(
         head(3, 6, 8, 4),                    # qk_dim narrower than model_dim

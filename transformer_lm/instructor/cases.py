@@ -43,7 +43,8 @@ class AttentionCase:
     def features(self) -> frozenset[str]:
         """What this case can reveal, in the terms of :attr:`Mistake.shows_with`."""
         on = {"heads": self.num_heads > 1, "causal": self.causal, "mask": self.mask is not None,
-              "projection": self.out_proj, "dropout": self.dropout > 0}
+              "projection": self.out_proj, "dropout": self.dropout > 0, "float_mask": self.mask == "float",
+              "one_token": self.seq == 1}
         return frozenset(name for name, present in on.items() if present)
 
 
@@ -93,7 +94,10 @@ def make_case_tensors(case: AttentionCase, generator: torch.Generator) -> CaseTe
     mask = None
     if case.mask is not None:
         keep = torch.rand(case.seq, case.seq, generator=generator) < 0.7
-        keep[torch.arange(case.seq), torch.randint(case.seq, (case.seq,), generator=generator)] = True
+        kept = torch.randint(case.seq, (case.seq,), generator=generator)
+        keep[torch.arange(case.seq), kept] = True
+        if case.seq > 1 and bool(keep.all()):   # a mask that blocks nothing would test nothing
+            keep[0, (kept[0] + 1) % case.seq] = False
         mask = keep if case.mask == "bool" else torch.zeros(case.seq, case.seq).masked_fill(~keep, float("-inf"))
     return CaseTensors(weights, x, grad_output, mask)
 

@@ -165,7 +165,8 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
     state = {k: v.detach().clone() for k, v in adapters.encoder_layer_state(block).items()}
     arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
                  "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output, "repeat": True}
-    features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set())
+    features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set()) | \
+        ({"one_token"} if case.seq == 1 else set())
     with torch.no_grad():
         candidates = {mistake: {"output": mistakes.flawed_block(block, x, mistake.flaws)}
                       for mistake in catalog.revealed_by(features)}

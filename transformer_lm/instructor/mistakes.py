@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +50,7 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
         allowed = ~attn_mask if flaws.invert_mask else attn_mask
         if not flaws.mask_after_softmax:
             scores = scores.masked_fill(~allowed, flaws.masked_fill)
-    elif attn_mask is not None:
+    elif attn_mask is not None and not flaws.float_mask_ignored:
         scores = scores + attn_mask
     weights = torch.softmax(scores, dim=flaws.softmax_dim)
     if flaws.mask_after_softmax and allowed is not None:
@@ -59,15 +60,24 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
     return weights @ v, weights
 
 
+def squeezed(output: torch.Tensor, flaws: Flaws) -> torch.Tensor:
+    """``output`` as an answer with ``flaws`` returns it: squeezed, with ``squeeze_output``."""
+    return output.squeeze() if flaws.squeeze_output else output
+
+
 def _attention_function_twin(mistake, q, k, v, attn_mask=None):
     """What ``mistake`` gives for an attention *function* of ``q, k, v`` and an optional mask;
-    ``None`` where the call cannot reveal it (a mask mistake, without a boolean mask)."""
-    features = {"mask"} if attn_mask is not None and attn_mask.dtype == torch.bool else set()
-    return flawed_attention(q, k, v, attn_mask, mistake.flaws)[0] if mistake.visible_in(features) else None
+    ``None`` where the call cannot reveal it (a mask mistake, without a mask of its kind; a squeeze,
+    without a single query)."""
+    mask = "mask" if attn_mask is not None and attn_mask.dtype == torch.bool else "float_mask"
+    features = ({mask} if attn_mask is not None else set()) | ({"one_token"} if q.shape[-2] == 1 else set())
+    if not mistake.visible_in(features):
+        return None
+    return squeezed(flawed_attention(q, k, v, attn_mask, mistake.flaws)[0], mistake.flaws)
 
 
 ATTENTION_FUNCTION_MISTAKES = MistakeFamily({mistake: functools.partial(_attention_function_twin, mistake)
-                                             for mistake in catalog.revealed_by({"mask"})})
+                                             for mistake in catalog.revealed_by({"mask", "float_mask", "one_token"})})
 """The catalogued mistakes an attention function of ``(q, k, v[, mask])`` can make."""
 
 SOFTMAX_OVERFLOW = catalog.Mistake(
@@ -116,7 +126,7 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
     out = merge(out)
     if weights.w_out is not None and not flaws.skip_output_projection:
         out = F.linear(out, weights.w_out, weights.b_out)
-    return out, probs
+    return squeezed(out, flaws), probs
 
 
 class _FlawedAttention(torch.nn.Module):
@@ -133,11 +143,12 @@ class _FlawedAttention(torch.nn.Module):
 
 def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch.Tensor:
     """A decoder block as a student might write it: the reference block's own forward, with its
-    causal attention made by :func:`flawed_multi_head_attention` with ``flaws``."""
+    causal attention made by :func:`flawed_multi_head_attention` with ``flaws`` (the block's output,
+    not its attention's, squeezed with ``squeeze_output``)."""
     attention = block.attn
-    block.attn = _FlawedAttention(attention, flaws)
+    block.attn = _FlawedAttention(attention, replace(flaws, squeeze_output=False))
     try:
-        return block(x)[0]
+        return squeezed(block(x)[0], flaws)
     finally:
         block.attn = attention
 

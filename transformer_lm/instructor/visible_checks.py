@@ -165,26 +165,39 @@ def _pytorch_attention() -> dict[str, list[Entry]]:
                                                               mistakes.ATTENTION_FUNCTION_MISTAKES.records(
                                                                   *inputs.values())),
                                f"my_attention on 5 queries over 7 keys in a batch of 2, mask: {kind}"))
-    layers = []
-    for norm_first, dropout in ((False, 0.0), (True, 0.0), (True, 0.3)):
-        init = {"model_dim": 8, "num_heads": 2, "ff_dim": 16, "dropout": dropout, "norm_first": norm_first}
-        case = BlockCase(batch=2, seq=5, model_dim=8, num_heads=2, ff_dim=16, norm_first=norm_first)
-        layers.append(entry("TransformerDecoderLayer", seeded(DecoderLoadCheck("TransformerDecoderLayer", init, case)),
-                            f"TransformerDecoderLayer({', '.join(f'{k}={v!r}' for k, v in init.items())})"))
+    one = {**{name: torch.randn(1, width, generator=generator) for name, width in (("q", 2), ("k", 2), ("v", 1))},
+           "attn_mask": torch.ones(1, 1, dtype=torch.bool)}   # one query over one key, values of width 1
+    functions.append(entry("my_attention", function_check("my_attention", expected, one, torch.randn(
+        1, 1, generator=generator), mistakes.ATTENTION_FUNCTION_MISTAKES.records(*one.values())),
+                           "my_attention on 1 query over 1 key, values of width 1, mask: bool"))
     return {
         "my_attention": functions,
         "self_attention_head": attention_entries("SelfAttentionHead", adapters.SELF_ATTENTION_HEAD, (
             AttentionCase(batch=2, seq=5, d_in=6, d_out=3, d_value=6),
             AttentionCase(batch=None, seq=4, d_in=5, d_out=5, d_value=5, mask="bool"),
-            AttentionCase(batch=3, seq=6, d_in=4, d_out=7, d_value=4, mask="float"))),
+            AttentionCase(batch=3, seq=6, d_in=4, d_out=7, d_value=4, mask="float"),
+            AttentionCase(batch=2, seq=1, d_in=4, d_out=3, d_value=4))),
         "multiheaded_self_attention": attention_entries("MultiheadedSelfAttention",
                                                         adapters.MULTIHEADED_SELF_ATTENTION, (
             AttentionCase(batch=2, seq=5, d_in=6, d_out=6, num_heads=3, bias=True, out_proj=True),
             AttentionCase(batch=3, seq=4, d_in=8, d_out=8, num_heads=2, bias=True, out_proj=True, mask="bool"),
-            AttentionCase(batch=2, seq=6, d_in=4, d_out=4, num_heads=1, bias=True, out_proj=True, mask="float")),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=4, num_heads=1, bias=True, out_proj=True, mask="float"),
+            AttentionCase(batch=1, seq=1, d_in=8, d_out=8, num_heads=2, bias=True, out_proj=True)),
             kind=MultiheadLoadCheck),
-        "transformer_decoder_layer": layers,
+        "transformer_decoder_layer": _decoder_layers(),
     }
+
+
+def _decoder_layers() -> list[Entry]:
+    """Assignment 03's layer: post-norm and pre-norm, with dropout (off in eval mode) and without; one token."""
+    layers = []
+    for seq, norm_first, dropout in ((5, False, 0.0), (5, True, 0.0), (5, True, 0.3), (5, False, 0.3), (1, False, 0.0)):
+        init = {"model_dim": 8, "num_heads": 2, "ff_dim": 16, "dropout": dropout, "norm_first": norm_first}
+        case = BlockCase(batch=2 if seq > 1 else 1, seq=seq, model_dim=8, num_heads=2, ff_dim=16, norm_first=norm_first)
+        layers.append(entry("TransformerDecoderLayer", seeded(DecoderLoadCheck("TransformerDecoderLayer", init, case)),
+                            f"TransformerDecoderLayer({', '.join(f'{k}={v!r}' for k, v in init.items())})"
+                            + ("" if seq > 1 else " on a single token")))
+    return layers
 
 
 TINY_GPT = reference.GPTConfig(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)

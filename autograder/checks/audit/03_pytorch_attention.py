@@ -20,13 +20,14 @@ RETURN = "return weights @ v"
 HEAD_CALL = "return my_attention(queries, keys, values, attn_mask=mask)   # (..., seq, model_dim)"
 
 
-def head_inline(scale="/ math.sqrt(self.qk_dim)", fill='masked_fill(~mask, float("-inf"))', dim="-1"):
-    """SelfAttentionHead.forward computing the attention itself, with one piece swapped."""
+def head_inline(scale="/ math.sqrt(self.qk_dim)", fill='masked_fill(~mask, float("-inf"))', dim="-1", float_mask=True):
+    """SelfAttentionHead.forward computing the attention itself, with one piece swapped (or, without
+    ``float_mask``, left out: the branch that adds a float mask)."""
     return ("scores = queries @ keys.transpose(-2, -1) " + scale + "   # (..., seq, seq)\n"
             "        if mask is not None and mask.dtype == torch.bool:\n"
             "            scores = scores." + fill + "\n"
-            "        elif mask is not None:\n"
-            "            scores = scores + mask\n"
+            + ("        elif mask is not None:\n"
+               "            scores = scores + mask\n" if float_mask else "") +
             "        weights = torch.softmax(scores, dim=" + dim + ")\n"
             "        return weights @ values   # (..., seq, model_dim)")
 
@@ -41,13 +42,15 @@ MERGE = "merged = heads.transpose(1, 2).contiguous().view(batch, seq, self.model
 MHA_RETURN = "return self.out_proj(merged)"
 
 
-def mha_inline(scale="/ math.sqrt(self.head_dim)", fill='masked_fill(~attn_mask, float("-inf"))', dim="-1"):
-    """MultiheadedSelfAttention.forward computing the heads' attention itself, with one piece swapped."""
+def mha_inline(scale="/ math.sqrt(self.head_dim)", fill='masked_fill(~attn_mask, float("-inf"))', dim="-1",
+               float_mask=True):
+    """MultiheadedSelfAttention.forward computing the heads' attention itself, with one piece swapped
+    (or, without ``float_mask``, left out: the branch that adds a float mask)."""
     return ("scores = q @ k.transpose(-2, -1) " + scale + "   # (B, H, T, T)\n"
             "        if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
             "            scores = scores." + fill + "\n"
-            "        elif attn_mask is not None:\n"
-            "            scores = scores + attn_mask\n"
+            + ("        elif attn_mask is not None:\n"
+               "            scores = scores + attn_mask\n" if float_mask else "") +
             "        heads = torch.softmax(scores, dim=" + dim + ") @ v")
 
 
@@ -55,6 +58,9 @@ def mha_inline(scale="/ math.sqrt(self.head_dim)", fill='masked_fill(~attn_mask,
 
 CAUSAL = "allowed = torch.ones(seq, seq, dtype=torch.bool, device=input.device).tril()"
 SA_DROPOUT = "return self.dropout1(self.self_attn(x, attn_mask=allowed))"
+PRE_NORM_SA = "x = x + sa(self.norm1(x))"
+POST_NORM_SA = "x = self.norm1(x + sa(x))"
+LEFT_ON = "F.dropout(self.self_attn({}, attn_mask=allowed), p=self.dropout1.p)"
 
 
 def mutants(answer):
@@ -69,6 +75,8 @@ def mutants(answer):
             "mask_after_softmax": answer("my_attention", (BOOL_FILL, "scores = scores + 0.0"),
                                          (SOFTMAX, SOFTMAX + "\n    if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
                                                    "        weights = weights.masked_fill(~attn_mask, 0.0)")),
+            "float_mask_ignored": answer("my_attention", ("scores = scores + attn_mask", "pass")),
+            "output_squeezed": answer("my_attention", (RETURN, "return (weights @ v).squeeze()")),
         },
         "self_attention_head": {
             "softmax_wrong_dim": answer("self_attention_head", (HEAD_CALL, head_inline(dim="-2"))),
@@ -77,6 +85,8 @@ def mutants(answer):
                                                                     head_inline(fill="masked_fill(~mask, 0.0)"))),
             "inverted_mask": answer("self_attention_head", (HEAD_CALL,
                                                             head_inline(fill='masked_fill(mask, float("-inf"))'))),
+            "float_mask_ignored": answer("self_attention_head", (HEAD_CALL, head_inline(float_mask=False))),
+            "output_squeezed": answer("self_attention_head", (HEAD_CALL, HEAD_CALL.replace("mask)", "mask).squeeze()"))),
         },
         "multiheaded_self_attention": {
             "softmax_wrong_dim": answer("multiheaded_self_attention", (MHA_CALL, mha_inline(dim="-2"))),
@@ -99,6 +109,8 @@ def mutants(answer):
             "merge_heads_without_transpose": answer(
                 "multiheaded_self_attention", (MERGE, "merged = heads.contiguous().view(batch, seq, self.model_dim)")),
             "missing_output_projection": answer("multiheaded_self_attention", (MHA_RETURN, "return merged")),
+            "float_mask_ignored": answer("multiheaded_self_attention", (MHA_CALL, mha_inline(float_mask=False))),
+            "output_squeezed": answer("multiheaded_self_attention", (MHA_RETURN, MHA_RETURN + ".squeeze()")),
         },
         "transformer_decoder_layer": {
             "mask_hides_diagonal": answer("transformer_decoder_layer", (
@@ -110,6 +122,12 @@ def mutants(answer):
                 CAUSAL, "allowed = torch.ones(seq, seq, dtype=torch.bool, device=input.device).triu(diagonal=1)")),
             "dropout_in_eval": answer("transformer_decoder_layer", (
                 SA_DROPOUT, "return F.dropout(self.self_attn(x, attn_mask=allowed), p=self.dropout1.p)")),
+            # each order of the LayerNorms written out, and F.dropout left on in one of them only
+            "dropout_in_eval: pre-norm": answer("transformer_decoder_layer", (
+                PRE_NORM_SA, "x = x + " + LEFT_ON.format("self.norm1(x)"))),
+            "dropout_in_eval: post-norm": answer("transformer_decoder_layer", (
+                POST_NORM_SA, "x = self.norm1(x + " + LEFT_ON.format("x") + ")")),
+            "output_squeezed": answer("transformer_decoder_layer", ("        return x\n", "        return x.squeeze()\n")),
         },
     }
 
@@ -279,32 +297,31 @@ def alternatives(answer):
     }
 
 
-SHAPES = ("one of the item's shapes: each catalogued mistake it catches fails another of the item's checks too; it "
-          "stands for code that holds a size of its own (a width, a head count, a batch) and breaks on another, "
-          "which raises an error or gives a wrong shape and is no catalogued mistake")
-ONE_TOKEN = ("one token (one query): the catalogued mistakes give the right answer there, or fail another check too; "
-             "it catches code written for several tokens only, no catalogued mistake")
-FLOAT_MASK = ("a float mask, added to the scores: the catalogued mask mistakes are a boolean mask's and fail another "
-              "check too; it stands for a float mask used as a boolean one or left out, no catalogued mistake")
-MASK_LEAD = ("a mask of its own per batch entry (or per sequence, shared by the heads): it stands for a mask "
-             "broadcast the wrong way, which raises an error or mixes rows and is no catalogued mistake; each "
-             "catalogued mistake it catches fails another check too")
-DROPOUT = ("one of the two checks with dropout in eval mode: dropout left on fails both, so neither alone is needed; "
-           "they differ in norm_first, whose mistake (the norm on the wrong side) the catalogue does not hold")
+NO_MASK = ("the item's one check without a mask: each catalogued mistake it catches (the softmax's dimension, the "
+           "scaling, the heads' split or merge) fails a masked check too; what it alone catches is code that needs a "
+           "mask (masked_fill on None), which raises an error, and the grader names no mistake from an error")
+BOOL_MASK = ("one of the three checks whose boolean mask blocks some keys (one mask over a batch, a mask per batch "
+             "entry, a mask per sequence shared by the heads): each catalogued mask mistake (filled with 0, inverted, "
+             "applied after the softmax) fails all three, and a mask broadcast the wrong way (unsqueeze(0)) fails "
+             "all three and the one-token check, or raises an error")
+FLOAT_MASK = ("one of the two checks with a float mask (a batch of heads with more keys than queries, and 2-D with "
+              "fewer): float_mask_ignored fails both, and no mistake of a float mask tells a batch of heads from "
+              "2-D inputs, nor more keys from fewer")
+HEAD_WIDTH = ("heads of width 1: each catalogued mistake it catches (the scaling by the model's width, the heads' "
+              "split or merge without a transpose) fails check 1 too; what it alone catches is code that squeezes "
+              "a head's last dimension, which raises an error, and the grader names no mistake from an error")
+NORM_ORDER = ("the {} check without dropout: a mistake in that order of the LayerNorms (the norm on the wrong side, "
+              "norm_first ignored) fails check {} too, the same order with dropout in eval mode, which the layer "
+              "switches off; no catalogued mistake tells the two apart")
 KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("my_attention", (1, 2), SHAPES),
+    ("my_attention", (1,), NO_MASK),
+    ("my_attention", (2, 6, 7), BOOL_MASK),
     ("my_attention", (3, 4), FLOAT_MASK),
-    ("my_attention", (5,), ONE_TOKEN),
-    ("my_attention", (6, 7), MASK_LEAD),
-    ("self_attention_head", (1,), SHAPES),
-    ("self_attention_head", (3,), FLOAT_MASK),
-    ("self_attention_head", (4,), ONE_TOKEN),
-    ("multiheaded_self_attention", (1, 5), SHAPES),
-    ("multiheaded_self_attention", (3,), FLOAT_MASK),
-    ("multiheaded_self_attention", (4,), ONE_TOKEN),
-    ("transformer_decoder_layer", (1, 2), SHAPES),
-    ("transformer_decoder_layer", (3,), ONE_TOKEN),
-    ("transformer_decoder_layer", (4, 5), DROPOUT),
+    ("self_attention_head", (1,), NO_MASK),
+    ("multiheaded_self_attention", (1,), NO_MASK),
+    ("multiheaded_self_attention", (5,), HEAD_WIDTH),
+    ("transformer_decoder_layer", (1,), NORM_ORDER.format("post-norm", 5)),
+    ("transformer_decoder_layer", (2,), NORM_ORDER.format("pre-norm", 4)),
 ) for number in numbers}
 
 
