@@ -9,6 +9,7 @@ ones below are this assignment's own.
 
 from __future__ import annotations
 
+import json
 import re
 import runpy
 
@@ -18,7 +19,7 @@ import assignment_tests
 import assignments
 import notebook_tools as tools
 from live_checks import visible
-from autograder.running import sandbox
+from autograder.running import clocked, sandbox
 
 ROW = assignments.BY_NAME["05_efficient_attention"]
 globals().update(assignment_tests.tests_for(ROW))
@@ -32,6 +33,10 @@ CONCATENATED = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "a
     "CONCATENATED"]
 
 
+REFERENCE_RUNS: list[tuple] = []
+"""The limits of each run of the course's timed calls while ``graded``'s class was graded."""
+
+
 @pytest.fixture(scope="module")
 def graded(source_nb, tmp_path_factory):
     """One class graded by the real grader in one call, each submission the release filled in:
@@ -42,7 +47,8 @@ def graded(source_nb, tmp_path_factory):
       that calls it (one mistake costs points once);
     * ``no_skipping``: a causal forward that computes every key block and masks them.
 
-    Returns the reports by student, each item by grade_id, and the course folder.
+    Returns the reports by student, each item by grade_id, and the course folder; the course's timed
+    figures are counted as they are made (``reference_runs``, one set of limits each).
     """
     if sandbox.detect_isolation().name != "bubblewrap":
         pytest.skip(f"needs bubblewrap: {sandbox.detect_isolation().detail}")
@@ -58,10 +64,27 @@ def graded(source_nb, tmp_path_factory):
         "blank": tools.read(release),
     }
     course = tmp_path_factory.mktemp("course")
-    reports = tools.grade_class(ROW.name, course, submissions)
+    made = clocked.reference_figures
+
+    def counted(worker, prepared, code, limits, out):
+        REFERENCE_RUNS.append((json.dumps(limits.absent, sort_keys=True), limits.memory_cap))
+        return made(worker, prepared, code, limits, out)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clocked, "reference_figures", counted)
+        reports = tools.grade_class(ROW.name, course, submissions, workers=2)
     by_item = {student: {item["grade_id"]: item for item in report["items"]} | {"": report}
                for student, report in reports.items()}
     return by_item, course
+
+
+def test_the_courses_timed_figures_are_made_once_per_class_not_once_per_worker(graded):
+    """Two workers grade the class; the course's timed calls run once for each set of limits the
+    answers' runs had, and every timed item still got its figure (the solution keeps its points)."""
+    reports, _ = graded
+    assert REFERENCE_RUNS and len(REFERENCE_RUNS) == len(set(REFERENCE_RUNS)), REFERENCE_RUNS
+    assert reports["solution"]["causal_skipping"]["score"] == reports["solution"]["causal_skipping"]["max_score"]
+    assert reports["no_skipping"]["causal_skipping"]["score"] == 0
 
 
 @pytest.fixture(scope="module")

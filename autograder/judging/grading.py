@@ -25,6 +25,7 @@ from autograder.judging.judge import judge_item
 from autograder.reading.notebook_data import read_notebook
 from autograder.reading.preflight import Preflight, preflight
 from autograder.reading.results import ItemResult, SubmissionResult
+from autograder.reading.spec import Explains
 from transformer_lm.forbidding import runtime_names
 
 
@@ -69,21 +70,25 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
                    worker: runner.Worker) -> tuple[list[ItemResult], Preflight]:
     """Grades one submitted notebook (``path`` None when it is missing): preflight, run, compare.
 
-    The first run checks the student's own answers. When an item fails and an item it builds on
-    failed too, a second run checks those items again with the course's code in place of the
-    answers below them (:func:`_late_items`), so that one mistake costs points once; a notebook
-    whose items all pass, or fail on their own, needs no second run."""
+    The first run checks the student's own answers by the checks that can cost points. When an
+    item fails, a second run makes its checks that only explain (:class:`Explains`: a trace of what
+    ran, which names the mistake); and when an item it builds on failed too, it checks the item
+    again with the course's code in place of the answers below them (:func:`_late_items`), so that
+    one mistake costs points once. A notebook whose items all pass needs no second run."""
     items = assignment.items[notebook]
     pre = preflight(path, assignment.release[notebook], items)
     run = None
     if not pre.fatal:
         ids = {i.grade_id for i in items} - set(pre.item_status)
-        own = {pid for pid, gid in assignment.probe_item.items() if gid in ids and pid not in assignment.stand_ins}
+        explaining = _explaining(items)
+        own = {pid for pid, gid in assignment.probe_item.items()
+               if gid in ids and pid not in assignment.stand_ins and pid not in explaining}
         run = _run(assignment, pre, own, worker)
-        late_items = _late_items(assignment, notebook, pre, run)
-        late = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items}
-        if late:
-            run.merge(_run(assignment, pre, late, worker))
+        failing, late_items = _late_items(assignment, notebook, pre, run)
+        again = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items
+                 or pid in explaining and gid in (failing & ids) - late_items}
+        if again:
+            run.merge(_run(assignment, pre, again, worker))
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
         pre.flags.extend(f"Refused: while it was graded, the notebook's code tried {what}, which a grading run does not "
                          "allow (a process, a thread or a memory map); the call raised PermissionError."
@@ -132,20 +137,29 @@ def _with_reference(assignment: Assignment, found: runner.RunResult, worker: run
         found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
 
 
-def _late_items(assignment: Assignment, notebook: str, pre: Preflight, run: runner.RunResult) -> set[str]:
-    """The items to check again with the course's code below them: those written, failing on their
-    own answers (judged as they will be, but noting nothing yet), that build on an item failing too."""
+def _explaining(items) -> set[str]:
+    """The probes of the checks of ``items`` that only explain a failure (:class:`Explains`)."""
+    return {f"{item.grade_id}.{number}" for item in items
+            for number, check in enumerate(item.checks) if isinstance(check, Explains)}
+
+
+def _late_items(assignment: Assignment, notebook: str, pre: Preflight,
+                run: runner.RunResult) -> tuple[set[str], set[str]]:
+    """The items written and failing on their own answers (judged by the checks that can cost
+    points, as they will be, but noting nothing yet), and of those the items to check again with the
+    course's code below them: those that build on an item failing too."""
     blank = answers(assignment.release[notebook])
     failing, written, earlier = set(), set(), {}
     for item in assignment.items[notebook]:
         gid, answer = item.grade_id, pre.answer(item.answer_id)
-        if gid in pre.item_status or answer and all(f"{gid}.{i}" in run.outcomes for i in range(len(item.checks))):
+        graded = [number for number, check in enumerate(item.checks) if not isinstance(check, Explains)]
+        if gid in pre.item_status or answer and all(f"{gid}.{i}" in run.outcomes for i in graded):
             earlier[gid] = judge_item(item, notebook, assignment, pre, run, earlier, [])
         if gid not in earlier or earlier[gid].status != "passed":
             failing.add(gid)
         if gid not in pre.item_status and answer and answer.source.strip() != blank.get(item.answer_id, "").strip():
             written.add(gid)  # preflight's own status (missing, forbidden by name) is the item's own mistake
-    return {gid for gid in failing & written if set(assignment.below.get(gid, ())) & failing}
+    return failing & written, {gid for gid in failing & written if set(assignment.below.get(gid, ())) & failing}
 
 
 def grade_submission(course: Course, assignment: Assignment, student: str,

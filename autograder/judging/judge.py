@@ -68,6 +68,8 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
     first = None
     failing = []
     for number, (check, pid) in enumerate(zip(item.checks, pids)):
+        if isinstance(check, Explains) and pid not in run.outcomes:
+            continue   # made only for an item that failed (grading.grade_notebook)
         outcome = run.outcomes[pid]
         forbidden = _forbidden_call(item, outcome, answer.index if answer else None, answer_cells, charged, failed,
                                     flags)
