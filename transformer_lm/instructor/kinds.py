@@ -79,6 +79,8 @@ def _mistake_candidates(case: AttentionCase, tensors: CaseTensors,
         candidates[mistake] = {"output": out}
         if api is not None and api.weights_layout is not None:
             candidates[mistake]["weights"] = api.weights_layout(probs, case)
+        if mistake.flaws.squeezed:  # what the class returns, in the class's layout, squeezed
+            candidates[mistake] = {key: value.squeeze() for key, value in candidates[mistake].items()}
     return candidates
 
 
@@ -289,15 +291,18 @@ class TransferCheck:
 
 @dataclass(frozen=True)
 class RaisesCheck:
-    """Checks that building the student's class with ``init`` raises ``exception``."""
+    """Checks that building the student's class with ``init`` raises ``exception``; a failure
+    names the catalogued mistake called ``mistake``, where one is given."""
 
     object: str
     init: dict
     exception: str = "ValueError"
+    mistake: str = ""
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}),
-                        RaisesJudge(self.object, self.init, self.exception))
+                        RaisesJudge(self.object, self.init, self.exception, 
+                                    catalog.BY_NAME[self.mistake] if self.mistake else None))
 
 
 @dataclass(frozen=True)

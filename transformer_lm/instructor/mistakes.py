@@ -35,14 +35,18 @@ from transformer_lm.instructor.decoder_mistakes import (  # noqa: F401 - the che
 from transformer_lm.instructor.mistake_family import MistakeFamily
 
 
-def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None):
-    """Scaled dot-product attention as a student might write it, with ``flaws``.
+def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None,
+                     input_width: int | None = None):
+    """Scaled dot-product attention as a student might write it, with ``flaws``; ``model_width`` and
+    ``input_width`` are the widths of all heads together and of the layer's input, where a flaw
+    scales by them.
 
     Unlike the reference it does not protect fully masked rows: like most student code,
     it yields NaN there. Returns ``(output, weights)``.
     """
     scale = {"head": 1.0 / math.sqrt(q.shape[-1]), "none": 1.0,
-             "model": 1.0 / math.sqrt(model_width or q.shape[-1])}[flaws.scale]
+             "model": 1.0 / math.sqrt(model_width or q.shape[-1]),
+             "input": 1.0 / math.sqrt(input_width or q.shape[-1])}[flaws.scale]
     scores = reference.attention_scores(q, k, scale)
     allowed = None
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -112,7 +116,7 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
         seq = x.shape[-2]
         allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool), diagonal=flaws.causal_diagonal)
     mask = reference.combine_masks(attn_mask, allowed)
-    out, probs = flawed_attention(q, k, v, mask, flaws, model_width=weights.w_query.shape[0])
+    out, probs = flawed_attention(q, k, v, mask, flaws, model_width=weights.w_query.shape[0], input_width=x.shape[-1])
     out = merge(out)
     if weights.w_out is not None and not flaws.skip_output_projection:
         out = F.linear(out, weights.w_out, weights.b_out)

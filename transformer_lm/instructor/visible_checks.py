@@ -23,7 +23,7 @@ from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQue
 from transformer_lm.flaws import Flaws
 from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
 from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck,
-                                             ParametersCheck, TransferCheck, function_check)
+                                             ParametersCheck, RaisesCheck, TransferCheck, function_check)
 from transformer_lm.prepared import Prepared
 from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
 from transformer_lm.instructor.capped_kinds import MEMORY_CAP, capped_checks
@@ -120,6 +120,8 @@ def _multihead_attention() -> dict[str, list[Entry]]:
     parameters = ParametersCheck("SelfAttention", {"input_size": 7, "hidden": 9},
                                  {"q.weight": (9, 7), "q.bias": (9,), "k.weight": (9, 7), "k.bias": (9,),
                                   "v.weight": (9, 7), "v.bias": (9,)})
+    unshared = RaisesCheck("MultiHeadSelfAttention", {"input_size": 7, "hidden": 10, "num_heads": 3},
+                           mistake="heads_not_checked")   # 10 features cannot be cut into 3 equal heads
     return {
         "self_attention_init": [entry("SelfAttention", seeded(parameters))],
         "self_attention_forward": attention_entries("SelfAttention", adapters.SELF_ATTENTION, (
@@ -136,7 +138,8 @@ def _multihead_attention() -> dict[str, list[Entry]]:
             AttentionCase(batch=2, seq=1, d_in=3, d_out=6, num_heads=3, causal=True, out_proj=True))),
         "mha_output": attention_entries("MultiHeadSelfAttention", api, (
             AttentionCase(batch=2, seq=5, d_in=7, d_out=9, num_heads=3, out_proj=True, dropout=0.5),
-            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True, dropout=0.5))),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True, dropout=0.5)))
+        + [entry("MultiHeadSelfAttention", seeded(unshared))],
     }
 
 
