@@ -23,6 +23,8 @@ from autograder.recording.feedback_texts import TEMPLATES, Catalogue
 from autograder.reading.course import Course
 from autograder.reading.errors import GradingError
 from autograder.reading.results import ItemResult
+from autograder.reading.spec import Also, Item
+from transformer_lm.instructor.kinds import ParametersCheck, RaisesCheck
 
 BANKS = tools.REPO_ROOT / "autograder" / "checks" / "audit"
 pytestmark = pytest.mark.timeout(1500)  # assignment 05's bank: each submission runs its capped calls at T=16384
@@ -186,6 +188,16 @@ def test_a_missed_mutant_a_wrong_name_a_mistake_charged_twice_and_a_lost_alterna
     assert [(p.label, bool(p.known)) for p in unneeded] == [("check 1", False), ("check 3", True)]
     assert "no mistake of the bank needs check 1 of item (CallCheck of f)" in unneeded[0].text
     assert "| `item` | 3/4 (75%) | 2/4 (50%) | 1/3 (33%) | 1/2 (50%) | 1/2 (50%) | 1 |" in audit.table(items)
+
+
+def test_the_cases_of_one_check_are_counted_and_needed_as_one_check():
+    """A case wrapped in ``Also`` belongs to the check before it: the item numbers it with that
+    check, and the audit lists the check once, as the kind of its first case."""
+    sizes = [{"input_size": 4, "hidden": hidden, "num_heads": 4} for hidden in (10, 6, 9)]
+    item = Item("item", points=1, checks=(RaisesCheck("A", sizes[0]), Also(RaisesCheck("A", sizes[1])),
+                                          ParametersCheck("A", sizes[2], {"q.weight": (9, 4)})))
+    assert item.check_numbers == [0, 0, 1]
+    assert audit.graded_checks(item) == {0: "RaisesCheck of A", 1: "ParametersCheck of A"}
 
 
 def test_a_text_not_made_of_the_catalogue_is_a_problem():

@@ -15,7 +15,7 @@ from transformer_lm.instructor import adapters, make_test_values, mistakes, refe
 from transformer_lm.instructor.cases import AttentionCase, make_case_tensors
 from transformer_lm.flaws import DecoderFlaws, Flaws, GenerationFlaws
 from transformer_lm.instructor.gpt_kinds import sampling_check
-from transformer_lm.instructor.kinds import AttentionCheck
+from transformer_lm.instructor.kinds import AttentionCheck, RaisesCheck
 
 # A case that can reveal every mistake: several heads, a causal mask, an output projection.
 REVEALING = AttentionCase(batch=2, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)
@@ -75,6 +75,41 @@ def test_dropout_left_on_in_eval_is_caught_and_named():
     with pytest.raises(checks.CheckFailed) as failure:
         check_here(AttentionCheck("LeakyDropout", adapters.MULTI_HEAD_SELF_ATTENTION, case), {"LeakyDropout": LeakyDropout})
     assert catalog.BY_NAME["dropout_in_eval"].title in str(failure.value)
+
+
+@pytest.mark.parametrize("case", [AttentionCase(batch=3, seq=1, d_in=4, d_out=6, num_heads=2, out_proj=True),
+                                  AttentionCase(batch=1, seq=4, d_in=4, d_out=6, num_heads=2, out_proj=True)],
+                         ids=["one token", "a batch of one"])
+def test_a_result_squeezed_where_a_size_is_one_is_caught_and_named(case):
+    """What the class returns, squeezed, loses the dimension of a single token or a single sequence:
+    its shape is wrong there, and the check names the squeeze from the shapes alone."""
+    class Squeezed(Flawed):
+        def forward(self, x, return_attention=False):
+            out, probs = super().forward(x, return_attention=True)
+            return out.squeeze(), probs.squeeze()
+
+    with pytest.raises(checks.CheckFailed) as failure:
+        check_here(AttentionCheck("Squeezed", adapters.MULTI_HEAD_SELF_ATTENTION, case), {"Squeezed": Squeezed})
+    assert catalog.BY_NAME["squeezed_size_one"].title in str(failure.value), str(failure.value)
+    assert check_here(AttentionCheck("Squeezed", adapters.MULTI_HEAD_SELF_ATTENTION, REVEALING),
+                      {"Squeezed": Squeezed}).passed, "with no size of one, the squeeze changes nothing"
+
+
+def test_a_constructor_that_accepts_a_width_the_heads_cannot_share_is_named():
+    """A check of the ValueError names the missing check of the sizes; a class that raises it passes."""
+    unchecked = RaisesCheck("Flawed", {"input_size": 4, "hidden": 10, "num_heads": 4}, mistake="heads_not_checked")
+    with pytest.raises(checks.CheckFailed) as failure:
+        check_here(unchecked, {"Flawed": Flawed})
+    assert "raised nothing" in str(failure.value)
+    assert catalog.BY_NAME["heads_not_checked"].title in str(failure.value), str(failure.value)
+
+    class Checked(Flawed):
+        def __init__(self, input_size, hidden, num_heads, causal=False, dropout=0):
+            if hidden % num_heads:
+                raise ValueError(f"{num_heads} heads cannot share {hidden} features")
+            super().__init__(input_size, hidden, num_heads, causal)
+
+    assert check_here(unchecked, {"Flawed": Checked}).passed
 
 
 def test_failure_message_shows_expected_got_and_largest_error():

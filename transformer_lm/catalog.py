@@ -25,7 +25,7 @@ from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the c
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
-    return [mistake for mistake in ATTENTION + PYTORCH_ATTENTION
+    return [mistake for mistake in ATTENTION + PYTORCH_ATTENTION + SHAPES
             if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
 
 
@@ -129,6 +129,13 @@ ATTENTION: tuple[Mistake, ...] = (
         "model.eval() switches off; F.dropout(x, p) without training=self.training is always on.",
         Flaws(dropout_in_eval=0.5), frozenset({"dropout"}),
     ),
+    Mistake(
+        "scaled_by_input_width", "scores scaled by the input's width instead of the keys' width",
+        "d_k is the width of the keys that each query is compared with, the width that the key layer "
+        "outputs (for several heads, one head's share of it). The input x, which the layers take in, "
+        "has a width of its own: scale the scores by 1/sqrt(d_k), not by 1/sqrt of x's last dimension.",
+        Flaws(scale="input"), frozenset({"input_width"}),
+    ),
 )
 
 PYTORCH_ATTENTION: tuple[Mistake, ...] = (
@@ -139,16 +146,35 @@ PYTORCH_ATTENTION: tuple[Mistake, ...] = (
         "must add a float one too: scores = scores + attn_mask.",
         Flaws(float_mask_ignored=True), frozenset({"float_mask"}),
     ),
-    Mistake(
-        "output_squeezed", "the output squeezed, which drops every dimension of size 1",
-        "squeeze() with no argument removes every dimension of size 1, so a single token, a single query or a "
-        "batch of one loses a dimension that the caller expects. Return the output in the shape of the input, "
-        "(..., seq, width): leave the squeeze out, or give it the one dimension you mean to drop.",
-        Flaws(squeeze_output=True), frozenset({"one_token"}),
-    ),
 )
 """Mistakes of attention written as PyTorch's functions and layers take it (assignment 03): a float
-mask, and shapes with a dimension of size 1."""
+mask."""
+
+SHAPES: tuple[Mistake, ...] = (
+    Mistake(
+        "squeezed_size_one", "dimensions of size 1 squeezed out of the result",
+        ".squeeze() without an argument removes every dimension of size 1, so a batch of one sequence, a "
+        "sequence of one token or a single head loses its dimension as well, and the result comes out with "
+        "too few dimensions. Keep every dimension of the result, whatever its size: leave the .squeeze() out, "
+        "or name the one dimension to remove (.squeeze(-1) removes the last one, and only if its size is 1).",
+        Flaws(squeezed=True), frozenset({"size_one"}),
+    ),
+)
+"""Mistakes in the shape of what an attention function, class or layer returns, named by its record as
+the mistakes of :data:`ATTENTION` are; the twin's record is the reference's, reshaped as the mistake
+reshapes it."""
+
+CONSTRUCTOR: tuple[Mistake, ...] = (
+    Mistake(
+        "heads_not_checked", "no ValueError for a width that the heads cannot share",
+        "When num_heads does not divide hidden, the heads cannot have the same width: the constructor must "
+        "raise a ValueError that names both numbers, before it builds a layer. Without that check, the integer "
+        "division drops the remainder and the heads cover only part of the features: forward then fails far "
+        "from the cause, or quietly leaves the rest out. An assert raises an AssertionError instead, and "
+        "python -O skips it.",
+    ),
+)
+"""Mistakes of an attention class's constructor that a check of what it raises names."""
 
 GENERATION: tuple[Mistake, ...] = (
     Mistake(
@@ -310,7 +336,7 @@ TILING: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + PYTORCH_ATTENTION + GENERATION + TILING + DECODER
+CATALOG: tuple[Mistake, ...] = ATTENTION + PYTORCH_ATTENTION + SHAPES + CONSTRUCTOR + GENERATION + TILING + DECODER
 
 BY_NAME: dict[str, Mistake] = {mistake.name: mistake for mistake in CATALOG}
 """Every mistake by name: the catalogue's own, and those a concept's family registered."""

@@ -16,7 +16,7 @@ class Flaws:
     """Ways an attention implementation can go wrong; the defaults are all correct."""
 
     softmax_dim: int = -1
-    scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width)
+    scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width); "input": x's width
     masked_fill: float = float("-inf")
     causal_diagonal: int = 0  # the last key a causal query may see, counted from itself: -1 hides it, 1 leaks the next
     mask_after_softmax: bool = False  # masked weights zeroed after the softmax, rows not renormalised
@@ -26,7 +26,7 @@ class Flaws:
     skip_output_projection: bool = False
     dropout_in_eval: float = 0.0
     float_mask_ignored: bool = False  # an additive float mask left out, only a boolean one applied
-    squeeze_output: bool = False  # the output squeezed: every dimension of size 1 dropped
+    squeezed: bool = False  # .squeeze() on what the module returns: every dimension of size 1 removed
 
 
 @dataclass(frozen=True)

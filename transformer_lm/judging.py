@@ -358,18 +358,21 @@ def is_builtin_exception(name) -> bool:
 @dataclass
 class RaisesJudge:
     """Judges that building ``object`` with ``init`` raised ``exception`` (the probe returns the
-    name of what it raised, or None)."""
+    name of what it raised, or None); a failure names ``mistake``, the catalogued mistake of a
+    constructor that does not raise it, where there is one."""
 
     object: str
     init: dict
     exception: str = "ValueError"
+    mistake: catalog.Mistake | None = None
 
     def __call__(self, record, raised, values: bool) -> Verdict:
         if raised == self.exception:
             return Verdict("passed", render(TEXTS["raises"], call=self.called, exception=self.exception))
         got = TEXTS["raised_nothing"] if not raised else render(TEXTS["raised"], exception=raised) \
             if is_builtin_exception(raised) else TEXTS["raised_other"]
-        return Verdict("failed", render(TEXTS["raises_not"], call=self.called, got=got, exception=self.exception))
+        return Verdict("failed", render(TEXTS["raises_not"], call=self.called, got=got, exception=self.exception),
+                       self.mistake)
 
     @property
     def called(self) -> str:

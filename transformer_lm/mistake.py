@@ -16,7 +16,8 @@ class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
     ``shows_with`` lists the features a test needs for the mistake to change the result
-    ("heads", "mask", "float_mask", "causal", "projection", "dropout", "one_token"); one feature is enough.
+    ("heads", "mask", "float_mask", "causal", "projection", "dropout", "input_width": an input whose width
+    is not one head's, "size_one": a size of 1); one feature is enough.
     """
 
     name: str

@@ -14,9 +14,17 @@ dropout in eval mode) plus the ``ValueError``. A mistake in the weights that the
 is charged once, to the item of its step (:mod:`autograder.reading.spec`). The PEP 8
 deduction of each task comes off its first ``forward`` item: ``self_attention_forward`` and
 ``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
+
+A case wrapped in ``Also`` is one more case of the check before it: the same purpose on other
+sizes. Each item's checks are then what some catalogued mistake fails alone (the audit holds
+this): the values on several tokens, which the softmax's dimension and the scaling fail (and,
+for ``SelfAttention``, a scale by the input's width, where hidden != input_size); the sizes of
+one, where a ``.squeeze()`` loses a dimension; the ``ValueError``, which a constructor that does
+not check the head count leaves out. The mask item is one check: no mistake of the mask fails
+its single token alone.
 """
 
-from autograder.reading.spec import Item
+from autograder.reading.spec import Also, Item
 from transformer_lm.instructor import adapters
 from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
@@ -50,31 +58,35 @@ def weights_of(batch, seq, d_in, hidden, num_heads, **switches):
 ITEMS = [
     Item("self_attention_init", points=1, checks=(
         ParametersCheck("SelfAttention", {"input_size": 5, "hidden": 12}, linear_layers("qkv", 5, 12)),
-        ParametersCheck("SelfAttention", {"input_size": 16, "hidden": 4}, linear_layers("qkv", 16, 4)),
+        Also(ParametersCheck("SelfAttention", {"input_size": 16, "hidden": 4}, linear_layers("qkv", 16, 4))),
     ), forbids=LIBRARY_ATTENTION, answer="self_attention"),
     Item("self_attention_forward", points=3, checks=(
+        # the values: several sequences of several tokens, hidden != input_size
         AttentionCheck("SelfAttention", SA, AttentionCase(batch=4, seq=6, d_in=5, d_out=8)),
-        AttentionCheck("SelfAttention", SA, AttentionCase(batch=3, seq=1, d_in=4, d_out=6)),    # a single token
-        # a batch of one, hidden == input_size
-        AttentionCheck("SelfAttention", SA, AttentionCase(batch=1, seq=9, d_in=6, d_out=6)),
         # wide: unscaled scores saturate
-        AttentionCheck("SelfAttention", SA, AttentionCase(batch=2, seq=4, d_in=3, d_out=32)),
+        Also(AttentionCheck("SelfAttention", SA, AttentionCase(batch=2, seq=4, d_in=3, d_out=32))),
+        # sizes of one: a single token, then a batch of one with hidden == input_size
+        AttentionCheck("SelfAttention", SA, AttentionCase(batch=3, seq=1, d_in=4, d_out=6)),
+        Also(AttentionCheck("SelfAttention", SA, AttentionCase(batch=1, seq=9, d_in=6, d_out=6))),
     ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1),
     Item("mha_scores", points=3, checks=(
+        # the weights of several tokens
         weights_of(2, 6, 5, 8, 4),
-        weights_of(3, 4, 6, 6, 1),     # one head: head_size == hidden
-        weights_of(2, 1, 3, 6, 3),     # a single token
-        weights_of(1, 7, 4, 12, 6),    # a batch of one, many small heads
+        Also(weights_of(3, 4, 6, 6, 1)),     # one head: head_size == hidden
+        Also(weights_of(1, 7, 4, 12, 6)),    # a batch of one, many small heads
+        weights_of(2, 1, 3, 6, 3),           # a single token
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention", style_deduction=1),
     Item("mha_causal_mask", points=1, checks=(
         weights_of(2, 6, 5, 8, 2, causal=True),
-        weights_of(3, 1, 4, 6, 3, causal=True),    # a single token sees only itself
-        weights_of(1, 7, 3, 4, 1, causal=True),
+        Also(weights_of(3, 1, 4, 6, 3, causal=True)),    # a single token sees only itself
+        Also(weights_of(1, 7, 3, 4, 1, causal=True)),
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
     Item("mha_output", points=2, checks=(
         mha(2, 5, 4, 6, 3, dropout=0.5),               # eval mode: dropout must change nothing
-        mha(2, 6, 3, 8, 2, causal=True, dropout=0.5),
-        RaisesCheck("MultiHeadSelfAttention", {"input_size": 4, "hidden": 10, "num_heads": 4}),
-        RaisesCheck("MultiHeadSelfAttention", {"input_size": 3, "hidden": 6, "num_heads": 4, "causal": True}),
+        Also(mha(2, 6, 3, 8, 2, causal=True, dropout=0.5)),
+        RaisesCheck("MultiHeadSelfAttention", {"input_size": 4, "hidden": 10, "num_heads": 4},
+                    mistake="heads_not_checked"),
+        Also(RaisesCheck("MultiHeadSelfAttention", {"input_size": 3, "hidden": 6, "num_heads": 4, "causal": True},
+                         mistake="heads_not_checked")),
     ), forbids=LIBRARY_ATTENTION, answer="multihead_self_attention"),
 ]

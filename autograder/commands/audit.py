@@ -57,7 +57,7 @@ from autograder.reading.errors import GradingError  # noqa: E402
 from autograder.recording.feedback_texts import Catalogue, catalogue  # noqa: E402
 from autograder.judging.grading import grade_class  # noqa: E402
 from autograder.reading.results import ItemResult  # noqa: E402
-from autograder.reading.spec import Explains, Item  # noqa: E402
+from autograder.reading.spec import Also, Explains, Item  # noqa: E402
 from transformer_lm import catalog  # noqa: E402
 from transformer_lm.instructor import concepts  # noqa: E402
 
@@ -138,9 +138,13 @@ class ItemAudit:
 
 def graded_checks(item: Item) -> dict[int, str]:
     """The checks of ``item`` that can cost its points (not those that only explain), by their
-    number from 0, each as its kind and the object it checks."""
-    return {number: f"{type(check).__name__} of {check.object}" for number, check in enumerate(item.checks)
-            if not isinstance(check, Explains)}
+    number from 0 (:attr:`Item.check_numbers`: the cases of one check count once), each as its
+    kind and the object it checks."""
+    described = {}
+    for number, check in zip(item.check_numbers, item.checks):
+        if not isinstance(check, (Explains, Also)):
+            described[number] = f"{type(check).__name__} of {check.object}"
+    return described
 
 
 def mistake_of(label: str) -> catalog.Mistake:

@@ -56,18 +56,19 @@ def judge_item(item: Item, notebook: str, assignment: Assignment, pre: Preflight
 def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Preflight, run: runner.RunResult,
                   passed: ItemResult, charged: set[int], flags: list[str]) -> ItemResult:
     """``passed`` when every probe of ``pids`` (one per check of the item, in order) passes;
-    otherwise the first problem, as a result, with every graded check that failed (each is judged,
-    so that the audit can tell which checks a mistake needs). A check that only explains
-    (:class:`Explains`) never fails the item: its failure names the mistake of a failure found
-    otherwise. ``charged``: the answer cells of earlier items charged with a forbidden call; what
-    the instructor should know (a forbidden call) is added to ``flags``."""
+    otherwise the first problem, as a result, with every graded check that failed, numbered as
+    :attr:`Item.check_numbers` numbers them (each is judged, so that the audit can tell which checks
+    a mistake needs). A check that only explains (:class:`Explains`) never fails the item: its
+    failure names the mistake of a failure found otherwise. ``charged``: the answer cells of
+    earlier items charged with a forbidden call; what the instructor should know (a forbidden
+    call) is added to ``flags``."""
     answer = pre.answer(item.answer_id)
     answer_cells = {cell.index for cell in pre.cells if cell.role == "answer"} | {COURSE_CODE_CELL}
     failed = replace(passed, status="failed")
     explanation = None
     first = None
     failing = []
-    for number, (check, pid) in enumerate(zip(item.checks, pids)):
+    for check, number, pid in zip(item.checks, item.check_numbers, pids):
         if isinstance(check, Explains) and pid not in run.outcomes:
             continue   # made only for an item that failed (grading.grade_notebook)
         outcome = run.outcomes[pid]
@@ -82,7 +83,8 @@ def _judge_probes(item: Item, pids: list[str], assignment: Assignment, pre: Pref
             explanation = explanation or (problem if problem.status == "failed" else None)
             continue
         first = first or problem
-        failing.append(number)
+        if number not in failing:
+            failing.append(number)
     if first is None:
         return passed
     if explanation is not None and first.status in ("failed", "error", "killed"):

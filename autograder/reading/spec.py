@@ -13,6 +13,8 @@ a module that defines ``ITEMS``: one :class:`Item` per graded answer. An item na
   items whose answers it uses (one mistake costs points once: see below).
 
 All checks of an item must pass for its points; the first one that fails explains why. A check
+wrapped in :class:`Also` is one more case of the check before it (the same purpose on other
+inputs): the two count as one check, which the audit asks a mistake to need. A check
 wrapped in :class:`Explains` never costs a point: it reads what the run reports about itself (a
 trace of its operators), which the run's own code could forge, so it only names why an item failed
 on a fact from outside the run (its outputs, a memory cap the kernel enforces).
@@ -33,6 +35,23 @@ from dataclasses import KW_ONLY, dataclass
 
 from autograder.reading.cells import test_cell_id
 from transformer_lm.instructor.kinds import CheckKind
+
+
+@dataclass(frozen=True)
+class Also:
+    """One more case of the check before it in the item: the same purpose (the attention's values,
+    an error for bad sizes) on other inputs. Its failure costs the item's points as any check's
+    does; it counts as part of that check, so that the audit asks some mistake to need the check
+    as a whole, not each of its cases (:attr:`Item.check_numbers`)."""
+
+    check: CheckKind
+
+    @property
+    def object(self) -> str:
+        return self.check.object
+
+    def prepare(self, generator):
+        return self.check.prepare(generator)
 
 
 @dataclass(frozen=True)
@@ -76,3 +95,12 @@ class Item:
     @property
     def answer_id(self) -> str:
         return self.answer or self.grade_id
+
+    @property
+    def check_numbers(self) -> list[int]:
+        """The number (from 0) of the check that each entry of ``checks`` is part of: an entry
+        wrapped in :class:`Also` is a case of the check before it."""
+        numbers = []
+        for check in self.checks:
+            numbers.append(numbers[-1] + (not isinstance(check, Also)) if numbers else 0)
+        return numbers

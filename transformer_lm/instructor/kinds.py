@@ -79,6 +79,8 @@ def _mistake_candidates(case: AttentionCase, tensors: CaseTensors,
         candidates[mistake] = {"output": out}
         if api is not None and api.weights_layout is not None:
             candidates[mistake]["weights"] = api.weights_layout(probs, case)
+        if mistake.flaws.squeezed:  # what the class returns, in the class's layout, squeezed
+            candidates[mistake] = {key: value.squeeze() for key, value in candidates[mistake].items()}
     return candidates
 
 
@@ -166,7 +168,7 @@ def decoder_load_records(init: dict, case: BlockCase, generator: torch.Generator
     arguments = {"init": init, "torch_module": "TransformerEncoderLayer", "torch_init": torch_init,
                  "torch_state": state, "inputs": {"x": x}, "grad_output": grad_output, "repeat": True}
     features = {"causal", "projection"} | ({"heads"} if case.num_heads > 1 else set()) | \
-        ({"one_token"} if case.seq == 1 else set())
+        ({"size_one"} if 1 in (case.batch, case.seq) else set())
     with torch.no_grad():
         candidates = {mistake: {"output": mistakes.flawed_block(block, x, mistake.flaws)}
                       for mistake in catalog.revealed_by(features)}
@@ -290,15 +292,18 @@ class TransferCheck:
 
 @dataclass(frozen=True)
 class RaisesCheck:
-    """Checks that building the student's class with ``init`` raises ``exception``."""
+    """Checks that building the student's class with ``init`` raises ``exception``; a failure
+    names the catalogued mistake called ``mistake``, where one is given."""
 
     object: str
     init: dict
     exception: str = "ValueError"
+    mistake: str = ""
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}),
-                        RaisesJudge(self.object, self.init, self.exception))
+                        RaisesJudge(self.object, self.init, self.exception, 
+                                    catalog.BY_NAME[self.mistake] if self.mistake else None))
 
 
 @dataclass(frozen=True)

@@ -36,14 +36,18 @@ from transformer_lm.instructor.decoder_mistakes import (  # noqa: F401 - the che
 from transformer_lm.instructor.mistake_family import MistakeFamily
 
 
-def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None):
-    """Scaled dot-product attention as a student might write it, with ``flaws``.
+def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None,
+                     input_width: int | None = None):
+    """Scaled dot-product attention as a student might write it, with ``flaws``; ``model_width`` and
+    ``input_width`` are the widths of all heads together and of the layer's input, where a flaw
+    scales by them.
 
     Unlike the reference it does not protect fully masked rows: like most student code,
     it yields NaN there. Returns ``(output, weights)``.
     """
     scale = {"head": 1.0 / math.sqrt(q.shape[-1]), "none": 1.0,
-             "model": 1.0 / math.sqrt(model_width or q.shape[-1])}[flaws.scale]
+             "model": 1.0 / math.sqrt(model_width or q.shape[-1]),
+             "input": 1.0 / math.sqrt(input_width or q.shape[-1])}[flaws.scale]
     scores = reference.attention_scores(q, k, scale)
     allowed = None
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -61,23 +65,23 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
 
 
 def squeezed(output: torch.Tensor, flaws: Flaws) -> torch.Tensor:
-    """``output`` as an answer with ``flaws`` returns it: squeezed, with ``squeeze_output``."""
-    return output.squeeze() if flaws.squeeze_output else output
+    """``output`` as an answer with ``flaws`` returns it: squeezed, with ``squeezed``."""
+    return output.squeeze() if flaws.squeezed else output
 
 
 def _attention_function_twin(mistake, q, k, v, attn_mask=None):
     """What ``mistake`` gives for an attention *function* of ``q, k, v`` and an optional mask;
     ``None`` where the call cannot reveal it (a mask mistake, without a mask of its kind; a squeeze,
-    without a single query)."""
+    without a dimension of size 1)."""
     mask = "mask" if attn_mask is not None and attn_mask.dtype == torch.bool else "float_mask"
-    features = ({mask} if attn_mask is not None else set()) | ({"one_token"} if q.shape[-2] == 1 else set())
+    features = ({mask} if attn_mask is not None else set()) | ({"size_one"} if 1 in (*q.shape[:-1], v.shape[-1]) else set())
     if not mistake.visible_in(features):
         return None
     return squeezed(flawed_attention(q, k, v, attn_mask, mistake.flaws)[0], mistake.flaws)
 
 
 ATTENTION_FUNCTION_MISTAKES = MistakeFamily({mistake: functools.partial(_attention_function_twin, mistake)
-                                             for mistake in catalog.revealed_by({"mask", "float_mask", "one_token"})})
+                                             for mistake in catalog.revealed_by({"mask", "float_mask", "size_one"})})
 """The catalogued mistakes an attention function of ``(q, k, v[, mask])`` can make."""
 
 SOFTMAX_OVERFLOW = catalog.Mistake(
@@ -122,7 +126,7 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
         seq = x.shape[-2]
         allowed = torch.tril(torch.ones(seq, seq, dtype=torch.bool), diagonal=flaws.causal_diagonal)
     mask = reference.combine_masks(attn_mask, allowed)
-    out, probs = flawed_attention(q, k, v, mask, flaws, model_width=weights.w_query.shape[0])
+    out, probs = flawed_attention(q, k, v, mask, flaws, model_width=weights.w_query.shape[0], input_width=x.shape[-1])
     out = merge(out)
     if weights.w_out is not None and not flaws.skip_output_projection:
         out = F.linear(out, weights.w_out, weights.b_out)
@@ -144,9 +148,9 @@ class _FlawedAttention(torch.nn.Module):
 def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch.Tensor:
     """A decoder block as a student might write it: the reference block's own forward, with its
     causal attention made by :func:`flawed_multi_head_attention` with ``flaws`` (the block's output,
-    not its attention's, squeezed with ``squeeze_output``)."""
+    not its attention's, squeezed with ``squeezed``)."""
     attention = block.attn
-    block.attn = _FlawedAttention(attention, replace(flaws, squeeze_output=False))
+    block.attn = _FlawedAttention(attention, replace(flaws, squeezed=False))
     try:
         return squeezed(block(x)[0], flaws)
     finally:

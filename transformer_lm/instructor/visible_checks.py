@@ -10,7 +10,7 @@ never receive; they receive only what it stores.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import torch
 
@@ -23,25 +23,9 @@ from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQue
 from transformer_lm.flaws import Flaws
 from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
 from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck,
-                                             ParametersCheck, TransferCheck, function_check)
-from transformer_lm.prepared import Prepared
-from transformer_lm.instructor.stream_kinds import STREAMED, StreamStatsCheck
-from transformer_lm.instructor.capped_kinds import MEMORY_CAP, capped_checks
-from transformer_lm.instructor.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
-                                                   OnlineSoftmaxCheck, SkippedTilesCheck, TileCase)
-
-Entry = dict
-"""One check of a group: ``{"name": what a message calls the answer, "check": Prepared}``, and
-``"context"``, a line put before a failure's message, where the check's own message needs one."""
-
-
-def entry(name: str, prepared: Prepared, context: str = "", explains: bool = False) -> Entry:
-    """One check of a group; one that ``explains`` only names the mistake of another's failure."""
-    return {"name": name, "check": prepared, "context": context, **({"explains": True} if explains else {})}
-
-
-def seeded(kind, seed: int = 0) -> Prepared:
-    return kind.prepare(torch.Generator().manual_seed(seed))
+                                             ParametersCheck, RaisesCheck, TransferCheck, function_check)
+from transformer_lm.instructor import visible_tiled
+from transformer_lm.instructor.visible_entries import Entry, each, entry, seeded
 
 
 def attention_entries(cls: str, api: AttentionAPI, cases, kind=AttentionCheck) -> list[Entry]:
@@ -120,6 +104,8 @@ def _multihead_attention() -> dict[str, list[Entry]]:
     parameters = ParametersCheck("SelfAttention", {"input_size": 7, "hidden": 9},
                                  {"q.weight": (9, 7), "q.bias": (9,), "k.weight": (9, 7), "k.bias": (9,),
                                   "v.weight": (9, 7), "v.bias": (9,)})
+    unshared = RaisesCheck("MultiHeadSelfAttention", {"input_size": 7, "hidden": 10, "num_heads": 3},
+                           mistake="heads_not_checked")   # 10 features cannot be cut into 3 equal heads
     return {
         "self_attention_init": [entry("SelfAttention", seeded(parameters))],
         "self_attention_forward": attention_entries("SelfAttention", adapters.SELF_ATTENTION, (
@@ -136,7 +122,8 @@ def _multihead_attention() -> dict[str, list[Entry]]:
             AttentionCase(batch=2, seq=1, d_in=3, d_out=6, num_heads=3, causal=True, out_proj=True))),
         "mha_output": attention_entries("MultiHeadSelfAttention", api, (
             AttentionCase(batch=2, seq=5, d_in=7, d_out=9, num_heads=3, out_proj=True, dropout=0.5),
-            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True, dropout=0.5))),
+            AttentionCase(batch=2, seq=6, d_in=4, d_out=8, num_heads=2, causal=True, out_proj=True, dropout=0.5)))
+        + [entry("MultiHeadSelfAttention", seeded(unshared))],
     }
 
 
@@ -252,65 +239,6 @@ def _mingpt() -> dict[str, list[Entry]]:
     }
 
 
-TILED_VALUE_CASES = (
-    # T not a multiple of either block
-    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5),
-    TileCase(batch=2, heads=3, seq_q=37, seq_k=37, dim=8, dim_v=6, block_q=8, block_k=5, causal=True),
-    # fewer queries than keys, one query block
-    TileCase(batch=1, heads=2, seq_q=19, seq_k=45, dim=4, dim_v=7, block_q=16, block_k=16),
-)
-TILED_SPREAD_CASE = TileCase(batch=2, heads=2, seq_q=29, seq_k=29, dim=8, dim_v=6, block_q=8, block_k=4, causal=True,
-                             spread=True)
-"""Rows whose scores lie hundreds apart: one maximum shared by all rows underflows. (Only for the
-forward: float32 gradients of scores in the hundreds stray past the course's tolerance.)"""
-TILED_MEMORY_CASE = TileCase(batch=1, heads=2, seq_q=160, seq_k=160, dim=8, dim_v=8, block_q=16, block_k=16,
-                             causal=True)
-"""The visible checks' sizes: at T=160 the (T, T) score matrix is 25,600 numbers, a 16 x 16 tile
-of one batch and head 256, and the output of every head 2,560."""
-TILED_LARGE_CASE = TileCase(batch=1, heads=1, seq_q=4096, seq_k=4096, dim=4, dim_v=4, block_q=1024, block_k=512)
-"""Where a (T, T) matrix of scores dwarfs the interpreter's own allocations: 16 million numbers
-(64 MiB in float32), a tile 524,288, q, k and v 16,384 each. (The memory cap, which sees every
-form of memory, is checked at the grader's lengths and modes, :func:`capped_checks`.)"""
-
-
-def each(name: str, *kinds) -> list[Entry]:
-    """A check of each kind, from seed 0, of the answer ``name``."""
-    return [entry(name, seeded(kind)) for kind in kinds]
-
-
-def _efficient_attention() -> dict[str, list[Entry]]:
-    return {
-        "merge_stats": each("merge_stats", MergeStatsCheck("merge_stats")),
-        # the values, the rows of 100 MiB under the memory cap, and a trace that names a whole-row pass
-        "softmax_stats": each("softmax_stats", StreamStatsCheck("softmax_stats", rows=4, width=5, blocks=9, last=3,
-                                                                spread=True),
-                              StreamStatsCheck("softmax_stats", memory_cap=MEMORY_CAP, **STREAMED))
-        + [entry("softmax_stats", seeded(StreamStatsCheck("softmax_stats", rows=3, width=8, blocks=24, last=5,
-                                                          judges="memory")), explains=True)],
-        "online_softmax": each("online_softmax",
-                               OnlineSoftmaxCheck("online_softmax", rows=6, n=21, block=4, spread=True),
-                               OnlineSoftmaxCheck("online_softmax", rows=4, n=50, block=8)),
-        "flash_forward": each("flash_forward", *(FlashForwardCheck("flash_forward", case)
-                                                   for case in (*TILED_VALUE_CASES, TILED_SPREAD_CASE))),
-        "flash_memory": each("flash_forward", FlashForwardCheck("flash_forward", TILED_MEMORY_CASE, "memory"),
-                             FlashForwardCheck("flash_forward", TILED_LARGE_CASE, "memory"),
-                             *capped_checks("flash_forward", names_mistakes=False)),
-        # the trace's count first, which says how many tiles ran; then the NaN key block, which no
-        # inflated count can pass (the grader's check)
-        "causal_skipping": each("flash_forward", CausalWorkCheck("flash_forward", TILED_MEMORY_CASE),
-                                SkippedTilesCheck("flash_forward", TILED_MEMORY_CASE)),
-        "flash_backward": each("FlashAttention.backward", *(FlashFunctionCheck("FlashAttention", case)
-                                                              for case in TILED_VALUE_CASES)),
-        # the trace with the mask and without (what the forward keeps may differ), then the cap
-        "backward_memory": each("FlashAttention", FlashFunctionCheck("FlashAttention", TILED_MEMORY_CASE, "memory"),
-                                FlashFunctionCheck("FlashAttention", replace(TILED_MEMORY_CASE, causal=False),
-                                                   "memory"),
-                                *capped_checks("FlashAttention", backward=True, names_mistakes=False))
-        + each("FlashAttention.backward", CausalWorkCheck("FlashAttention", TILED_MEMORY_CASE, backward=True))
-        + each("FlashAttention", SkippedTilesCheck("FlashAttention", TILED_MEMORY_CASE, backward=True)),
-    }
-
-
 def _modern_attention() -> dict[str, list[Entry]]:
     config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2), ("ff_dim", 24))
     return {
@@ -376,7 +304,7 @@ def fingerprints() -> dict:
 
 ASSIGNMENTS = {"01_attention_basics": _attention_basics, "02_multihead_attention": _multihead_attention,
                "03_pytorch_attention": _pytorch_attention, "04_mingpt": _mingpt,
-               "05_efficient_attention": _efficient_attention, "06_modern_attention": _modern_attention}
+               "05_efficient_attention": visible_tiled.efficient_attention, "06_modern_attention": _modern_attention}
 
 
 def concept_groups(concept) -> dict[str, list[Entry]]:
@@ -397,4 +325,3 @@ def make() -> dict:
             raise ValueError(f"{assignment} names checks that another assignment names: {set(made) & set(groups)}")
         groups.update(made)
     return {"groups": groups, "fingerprints": fingerprints()}
-

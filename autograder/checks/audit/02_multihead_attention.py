@@ -4,10 +4,10 @@ another way (see autograder/commands/audit.py).
 Two answer cells carry five items: ``self_attention`` (``self_attention_init`` and
 ``self_attention_forward``) and ``multihead_self_attention`` (``mha_scores``, task 2.1, with the
 softmax of task 2.3 that normalises those scores; ``mha_causal_mask``, task 2.2;
-``mha_output``, task 2.3). ``self_attention_init`` only builds layers, and no catalogued mistake
-is about a layer's shape, so it has alternatives and no mutants. ``SelfAttention`` has one head,
-no mask, no projection and no dropout: of the catalogue, only the softmax's dimension and the
-scaling can go wrong there.
+``mha_output``, task 2.3). ``self_attention_init`` only builds layers: a mistake in them would
+cost ``self_attention_forward`` too (see ``KNOWN_GAPS``), so it has alternatives and no mutants.
+``SelfAttention`` has one head, no mask, no projection and no dropout: of the catalogue, only
+the softmax's dimension, the scaling and a squeezed result can go wrong there.
 """
 
 SA = "self_attention"
@@ -23,6 +23,9 @@ DROPOUT = "probs = self.dropout(probs)"
 WEIGHTED = "att = probs @ v"
 MERGE = "att = att.transpose(1, 2).reshape(bs, seq, -1)"
 MIX = "att = self.mix(att)"
+RAISE = ("        if hidden % num_heads != 0:\n"
+         "            raise ValueError(f\"hidden={hidden} is not divisible by num_heads={num_heads}: \"\n"
+         "                             f\"every head needs the same number of features\")\n")
 
 
 def mutants(answer):
@@ -31,6 +34,8 @@ def mutants(answer):
             "softmax_wrong_dim": answer(SA, ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)")),
             "no_scaling": answer(SA, ("scores = q @ k.transpose(1, 2) / self.scale",
                                       "scores = q @ k.transpose(1, 2)")),
+            "scaled_by_input_width": answer(SA, ("self.scale = hidden ** 0.5", "self.scale = input_size ** 0.5")),
+            "squeezed_size_one": answer(SA, ("return probs @ v", "return (probs @ v).squeeze()")),
         },
         "mha_scores": {
             "softmax_wrong_dim": answer(MHA, (SOFTMAX, "probs = torch.softmax(scores, dim=1)")),
@@ -39,6 +44,8 @@ def mutants(answer):
             "split_heads_without_transpose": answer(
                 MHA, *((SPLIT[name], f"{name} = self.{name}(x).view(bs, self.num_heads, seq, self.head_size)"
                                      f".reshape(folded)") for name in "qkv")),
+            # what forward returns, squeezed
+            "squeezed_size_one": answer(MHA, (MIX, MIX + "\n        att, probs = att.squeeze(), probs.squeeze()")),
         },
         "mha_causal_mask": {
             "mask_filled_with_zero": answer(MHA, (FILL, "scores = scores.masked_fill(future, 0.0)")),
@@ -55,6 +62,7 @@ def mutants(answer):
             "missing_output_projection": answer(
                 MHA, ("        att = self.mix(att)                     # (bs, seq, hidden) -> (bs, seq, hidden)\n", "")),
             "dropout_in_eval": answer(MHA, (DROPOUT, "probs = F.dropout(probs, self.dropout.p)")),
+            "heads_not_checked": answer(MHA, (RAISE, "")),
         },
     }
 
@@ -141,9 +149,7 @@ def alternatives(answer):
                 (MIX, "att = F.linear(att, self.mix.weight, self.mix.bias)"))),
             ("float64 weighted values", answer(MHA, (WEIGHTED, "att = (probs.double() @ v.double()).float()"))),
             ("the ValueError after the layers", answer(
-                MHA, ("        if hidden % num_heads != 0:\n"
-                      "            raise ValueError(f\"hidden={hidden} is not divisible by num_heads={num_heads}: \"\n"
-                      "                             f\"every head needs the same number of features\")\n", ""),
+                MHA, (RAISE, ""),
                 ("        self.head_size = hidden // num_heads\n",
                  "        self.head_size = hidden // num_heads\n"
                  "        if self.head_size * num_heads != hidden:\n"
@@ -152,26 +158,14 @@ def alternatives(answer):
     }
 
 
-SHAPES = ("one of the item's shapes: each catalogued mistake it catches fails another of the item's checks too; it "
-          "stands for code that holds a size of its own (a width, a head count, a batch) and breaks on another, "
-          "which raises an error or gives a wrong shape and is no catalogued mistake")
-ONE_TOKEN = ("one token: the catalogued mistakes give the right answer there (a softmax over one score is 1), or fail "
-             "another check too; it catches code written for several tokens only, no catalogued mistake")
-LAYERS = ("the layers' names and shapes: the catalogue holds no mistake of the constructor (a layer left out, "
-          "in and out swapped), which the check names in its own words")
-RAISES = ("the error for a hidden size that the head count does not divide: leaving that check out is no catalogued "
-          "mistake")
-KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("self_attention_init", (1, 2), LAYERS),
-    ("self_attention_forward", (1, 3, 4), SHAPES),
-    ("self_attention_forward", (2,), ONE_TOKEN),
-    ("mha_scores", (1, 2, 4), SHAPES),
-    ("mha_scores", (3,), ONE_TOKEN),
-    ("mha_causal_mask", (1, 3), SHAPES),
-    ("mha_causal_mask", (2,), ONE_TOKEN),
-    ("mha_output", (1, 2), SHAPES),
-    ("mha_output", (3, 4), RAISES),
-) for number in numbers}
+KNOWN_GAPS = {
+    ("self_attention_init", "check 1"): (
+        "the layers' names and shapes: every mistake of the constructor (a layer left out, in and out swapped, "
+        "the bias left out) also stops the checks of self_attention_forward from loading their weights, so a "
+        "mutant that needs this check costs that item too (one mistake would cost twice); the course's stand-ins "
+        "replace a whole class, forward with it, so that item cannot be judged on the course's constructor under "
+        "the student's forward"),
+}
 
 
 def library(answer):

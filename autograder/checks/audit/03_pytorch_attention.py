@@ -76,7 +76,7 @@ def mutants(answer):
                                          (SOFTMAX, SOFTMAX + "\n    if attn_mask is not None and attn_mask.dtype == torch.bool:\n"
                                                    "        weights = weights.masked_fill(~attn_mask, 0.0)")),
             "float_mask_ignored": answer("my_attention", ("scores = scores + attn_mask", "pass")),
-            "output_squeezed": answer("my_attention", (RETURN, "return (weights @ v).squeeze()")),
+            "squeezed_size_one": answer("my_attention", (RETURN, "return (weights @ v).squeeze()")),
         },
         "self_attention_head": {
             "softmax_wrong_dim": answer("self_attention_head", (HEAD_CALL, head_inline(dim="-2"))),
@@ -86,7 +86,7 @@ def mutants(answer):
             "inverted_mask": answer("self_attention_head", (HEAD_CALL,
                                                             head_inline(fill='masked_fill(mask, float("-inf"))'))),
             "float_mask_ignored": answer("self_attention_head", (HEAD_CALL, head_inline(float_mask=False))),
-            "output_squeezed": answer("self_attention_head", (HEAD_CALL, HEAD_CALL.replace("mask)", "mask).squeeze()"))),
+            "squeezed_size_one": answer("self_attention_head", (HEAD_CALL, HEAD_CALL.replace("mask)", "mask).squeeze()"))),
         },
         "multiheaded_self_attention": {
             "softmax_wrong_dim": answer("multiheaded_self_attention", (MHA_CALL, mha_inline(dim="-2"))),
@@ -110,7 +110,7 @@ def mutants(answer):
                 "multiheaded_self_attention", (MERGE, "merged = heads.contiguous().view(batch, seq, self.model_dim)")),
             "missing_output_projection": answer("multiheaded_self_attention", (MHA_RETURN, "return merged")),
             "float_mask_ignored": answer("multiheaded_self_attention", (MHA_CALL, mha_inline(float_mask=False))),
-            "output_squeezed": answer("multiheaded_self_attention", (MHA_RETURN, MHA_RETURN + ".squeeze()")),
+            "squeezed_size_one": answer("multiheaded_self_attention", (MHA_RETURN, MHA_RETURN + ".squeeze()")),
         },
         "transformer_decoder_layer": {
             "mask_hides_diagonal": answer("transformer_decoder_layer", (
@@ -127,7 +127,7 @@ def mutants(answer):
                 PRE_NORM_SA, "x = x + " + LEFT_ON.format("self.norm1(x)"))),
             "dropout_in_eval: post-norm": answer("transformer_decoder_layer", (
                 POST_NORM_SA, "x = self.norm1(x + " + LEFT_ON.format("x") + ")")),
-            "output_squeezed": answer("transformer_decoder_layer", ("        return x\n", "        return x.squeeze()\n")),
+            "squeezed_size_one": answer("transformer_decoder_layer", ("        return x\n", "        return x.squeeze()\n")),
         },
     }
 
