@@ -18,6 +18,7 @@ students receive, never imports the instructor's side).
 
 from __future__ import annotations
 
+from transformer_lm.basics_catalog import BASICS_ATTENTION, BASICS_NAMED
 from transformer_lm.decoder_catalog import DECODER
 from transformer_lm.flaws import Flaws, GenerationFlaws, TilingFlaws
 from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the checks as catalog.Mistake
@@ -25,7 +26,8 @@ from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the c
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
-    return [mistake for mistake in ATTENTION if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
+    return [mistake for mistake in ATTENTION + BASICS_ATTENTION
+            if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
 
 
 def tiling_mistakes(shows_with: str) -> list[Mistake]:
@@ -296,7 +298,7 @@ TILING: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING + DECODER
+CATALOG: tuple[Mistake, ...] = ATTENTION + GENERATION + TILING + DECODER + BASICS_ATTENTION + BASICS_NAMED
 
 BY_NAME: dict[str, Mistake] = {mistake.name: mistake for mistake in CATALOG}
 """Every mistake by name: the catalogue's own, and those a concept's family registered."""

@@ -214,8 +214,13 @@ class Verdict:
 
     def raise_if_failed(self) -> None:
         if not self.passed:
-            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
-            raise CheckFailed(self.message + hint, self.mistake)
+            raise self.refusal()
+
+    def refusal(self) -> CheckFailed:
+        """What a visible check raises for this verdict: its message and, where it names one, the
+        mistake's title and hint."""
+        hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
+        return CheckFailed(self.message + hint, self.mistake)
 
 
 def _changes_between_calls(got: dict[str, torch.Tensor], rtol: float, atol: float) -> bool:
@@ -358,18 +363,21 @@ def is_builtin_exception(name) -> bool:
 @dataclass
 class RaisesJudge:
     """Judges that building ``object`` with ``init`` raised ``exception`` (the probe returns the
-    name of what it raised, or None)."""
+    name of what it raised, or None); a class that raised nothing made the mistake ``unchecked``,
+    where one is given (it left the check out)."""
 
     object: str
     init: dict
     exception: str = "ValueError"
+    unchecked: catalog.Mistake | None = None
 
     def __call__(self, record, raised, values: bool) -> Verdict:
         if raised == self.exception:
             return Verdict("passed", render(TEXTS["raises"], call=self.called, exception=self.exception))
         got = TEXTS["raised_nothing"] if not raised else render(TEXTS["raised"], exception=raised) \
             if is_builtin_exception(raised) else TEXTS["raised_other"]
-        return Verdict("failed", render(TEXTS["raises_not"], call=self.called, got=got, exception=self.exception))
+        return Verdict("failed", render(TEXTS["raises_not"], call=self.called, got=got, exception=self.exception),
+                       None if raised else self.unchecked)
 
     @property
     def called(self) -> str:

@@ -16,7 +16,8 @@ class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
     ``shows_with`` lists the features a test needs for the mistake to change the result
-    ("heads", "mask", "causal", "projection", "dropout"); one feature is enough.
+    ("heads", "mask", "causal", "projection", "dropout", "bias", "size_one", "several_tokens",
+    "concatenated": :attr:`transformer_lm.instructor.cases.AttentionCase.features`); one feature is enough.
     """
 
     name: str

@@ -43,7 +43,9 @@ class AttentionCase:
     def features(self) -> frozenset[str]:
         """What this case can reveal, in the terms of :attr:`Mistake.shows_with`."""
         on = {"heads": self.num_heads > 1, "causal": self.causal, "mask": self.mask is not None,
-              "projection": self.out_proj, "dropout": self.dropout > 0}
+              "projection": self.out_proj, "dropout": self.dropout > 0, "bias": self.bias,
+              "size_one": self.seq == 1 or self.batch == 1, "several_tokens": self.seq > 1,
+              "concatenated": self.num_heads > 1 and not self.out_proj}
         return frozenset(name for name, present in on.items() if present)
 
 
