@@ -70,9 +70,8 @@ spec.loader.exec_module(full)
 
 def mutants(answer):
     every = full.mutants(answer)
-    return {{"softmax_stable": {{name: source for name, source in every["softmax_stable"].items()
-                                if name != "softmax_not_shifted"}},
-             "context_vectors": every["context_vectors"]}}
+    return {{item: {{"softmax_wrong_dim": every[item]["softmax_wrong_dim"]}}
+             for item in ("softmax_stable", "context_vectors")}}
 
 
 def alternatives(answer):

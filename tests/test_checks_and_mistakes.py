@@ -65,6 +65,19 @@ def test_every_mistake_is_caught_and_named(mistake):
     assert mistake.title in str(failure.value), str(failure.value)
 
 
+@pytest.mark.parametrize("mistake", [m for m in catalog.BASICS_ATTENTION if m.name != "heads_concatenated_on_tokens"],
+                         ids=lambda m: m.name)
+def test_every_mistake_of_assignment_01_is_caught_and_named(mistake):
+    """Assignment 01's own attention mistakes, on a batch of one (where a squeeze shows) with biases
+    and more tokens than a head's width. (The heads concatenated along the tokens need heads
+    without an output projection, which this class always has: the audit of 01 holds that one.)"""
+    case = AttentionCase(batch=1, seq=5, d_in=6, d_out=8, num_heads=2, causal=True, out_proj=True)
+    with pytest.raises(checks.CheckFailed) as failure:
+        check_here(AttentionCheck("Flawed", adapters.MULTI_HEAD_SELF_ATTENTION, case),
+                   {"Flawed": with_flaws(mistake.flaws)})
+    assert mistake.title in str(failure.value), str(failure.value)
+
+
 def test_dropout_left_on_in_eval_is_caught_and_named():
     class LeakyDropout(Flawed):
         def forward(self, x, return_attention=False):

@@ -5,7 +5,7 @@ a stored check carries a family's words to a kernel whose catalogue lacks them."
 import pytest
 import torch
 
-from transformer_lm import catalog, stored
+from transformer_lm import catalog, checks, stored
 from transformer_lm.catalog import Mistake
 from transformer_lm.instructor.kinds import CallCheck, ModuleCheck, judge_here
 from transformer_lm.instructor.mistake_family import MistakeFamily
@@ -88,3 +88,26 @@ def test_a_stored_check_names_a_family_mistake_where_the_students_catalogue_lack
     named = loaded.judge_result(loaded.call.run_here({"cube": lambda x: x * x}), True)
     assert named.status == "failed" and named.mistake.title == "squared instead of cubed"
     assert "x ** 3, not x ** 2." in named.hint
+
+
+ROWS_ONLY = Mistake("test_cube_of_rows_only", "written for rows only", "Index the last dimension with -1.")
+ROWS_MISTAKES = MistakeFamily({ROWS_ONLY: lambda x: x[:, -1:] ** 3})
+
+
+def test_a_twin_that_raises_names_its_mistake_by_the_error_a_stored_visible_check_meets_too(tmp_path):
+    """On a vector, the twin of code written for rows raises an IndexError: it has no record, and
+    a call that raises an IndexError there is named with its mistake, by the visible check read
+    back from its stored file as by the check prepared here; other errors name nothing."""
+    assert ROWS_MISTAKES.records(torch.ones(3)) == {}
+    assert ROWS_MISTAKES.raised(torch.ones(3)) == {"IndexError": ROWS_ONLY}
+    prepared = CallCheck("cube", lambda x: x ** 3, vector, mistakes=ROWS_MISTAKES).prepare(
+        torch.Generator().manual_seed(0))
+    stored.save({"cube": prepared}, tmp_path / "checks.safetensors", made_by="this test")
+    loaded = stored.load(tmp_path / "checks.safetensors")["cube"]
+    assert loaded.raised == {"IndexError": ROWS_ONLY}
+    with pytest.raises(checks.CheckFailed) as named:
+        checks.run("cube", loaded, {"cube": lambda x: x[:, -1:] ** 3})
+    assert named.value.mistake is ROWS_ONLY and "Likely mistake: written for rows only." in str(named.value)
+    with pytest.raises(checks.CheckFailed) as unnamed:
+        checks.run("cube", loaded, {"cube": lambda x: x.view(2, 2) ** 3})
+    assert unnamed.value.mistake is None and "raised RuntimeError" in str(unnamed.value)

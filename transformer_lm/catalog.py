@@ -18,6 +18,7 @@ students receive, never imports the instructor's side).
 
 from __future__ import annotations
 
+from transformer_lm.basics_catalog import BASICS_ATTENTION, BASICS_NAMED
 from transformer_lm.decoder_catalog import DECODER
 from transformer_lm.flaws import Flaws, GenerationFlaws, TilingFlaws
 from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the checks as catalog.Mistake
@@ -25,7 +26,7 @@ from transformer_lm.mistake import NAMES, Mistake  # noqa: F401 - named by the c
 def revealed_by(features: set[str] | frozenset[str]) -> list[Mistake]:
     """The catalogued mistakes that a test with ``features`` can tell apart by what it outputs
     (dropout left on in eval mode shows by two calls giving two outputs instead)."""
-    return [mistake for mistake in ATTENTION + PYTORCH_ATTENTION + SHAPES
+    return [mistake for mistake in ATTENTION + PYTORCH_ATTENTION + SHAPES + BASICS_ATTENTION
             if mistake.visible_in(features) and mistake.name != "dropout_in_eval"]
 
 
@@ -167,8 +168,8 @@ reshapes it."""
 CONSTRUCTOR: tuple[Mistake, ...] = (
     Mistake(
         "heads_not_checked", "no ValueError for a width that the heads cannot share",
-        "When num_heads does not divide hidden, the heads cannot have the same width: the constructor must "
-        "raise a ValueError that names both numbers, before it builds a layer. Without that check, the integer "
+        "When num_heads does not divide the width to share (d_out, or hidden), the heads cannot have the same "
+        "width: the constructor must raise a ValueError that names both numbers, before it builds a layer. Without that check, the integer "
         "division drops the remainder and the heads cover only part of the features: forward then fails far "
         "from the cause, or quietly leaves the rest out. An assert raises an AssertionError instead, and "
         "python -O skips it.",
@@ -336,7 +337,8 @@ TILING: tuple[Mistake, ...] = (
     ),
 )
 
-CATALOG: tuple[Mistake, ...] = ATTENTION + PYTORCH_ATTENTION + SHAPES + CONSTRUCTOR + GENERATION + TILING + DECODER
+CATALOG: tuple[Mistake, ...] = (ATTENTION + PYTORCH_ATTENTION + SHAPES + CONSTRUCTOR + GENERATION + TILING + DECODER
+                                 + BASICS_ATTENTION + BASICS_NAMED)
 
 BY_NAME: dict[str, Mistake] = {mistake.name: mistake for mistake in CATALOG}
 """Every mistake by name: the catalogue's own, and those a concept's family registered."""

@@ -26,7 +26,7 @@ from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX, forbidding  # 
 from transformer_lm.judging import ATOL, RTOL, CheckFailed, Verdict, difference
 from transformer_lm.prepared import Prepared
 from transformer_lm.random_weights import randomize  # noqa: F401 - for the test cells
-from transformer_lm.sandboxed.student_objects import ProbeError
+from transformer_lm.sandboxed.student_objects import ProbeError, builtin_exception
 from transformer_lm.style import check_style  # noqa: F401 - for the test cells
 from transformer_lm.verdict_texts import fit, render
 
@@ -51,12 +51,21 @@ def stored_checks() -> dict:
     return stored.load(STORED)
 
 
-def check_shape(got: torch.Tensor, expected_shape, name: str = "output") -> None:
-    """Raises :class:`CheckFailed` unless ``got`` has ``expected_shape``."""
+def check_shape(got: torch.Tensor, expected_shape, name: str = "output", mistakes: dict | None = None) -> None:
+    """Raises :class:`CheckFailed` unless ``got`` has ``expected_shape``. ``mistakes`` maps a shape
+    that a catalogued mistake gives to that mistake's name: a test cell's own check names it, as a
+    group's checks name theirs."""
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(f"{name} should be a torch.Tensor, got {type(got).__name__}.")
     if tuple(got.shape) != tuple(expected_shape):
-        raise CheckFailed(f"{name} has shape {tuple(got.shape)}, expected {tuple(expected_shape)}.")
+        refuse(f"{name} has shape {tuple(got.shape)}, expected {tuple(expected_shape)}.",
+               (mistakes or {}).get(tuple(got.shape), ""))
+
+
+def refuse(message: str, mistake: str = "") -> None:
+    """Raises :class:`CheckFailed` with ``message`` and, where given, the catalogued mistake of that
+    name, its title and hint, as a failing check of a group does (for a test cell's own checks)."""
+    Verdict("failed", message, catalog.BY_NAME[mistake] if mistake else None).raise_if_failed()
 
 
 def check_close(got: torch.Tensor, expected: torch.Tensor, name: str = "output",
@@ -115,9 +124,11 @@ def run(name: str, prepared: Prepared, objects: dict, context: str = "") -> Verd
         if prepared.refused and isinstance(failed.__cause__, ValueError):
             print(fit(f"{name}: {prepared.refused}"))
             return None
-        if not context or str(failed).startswith("TODO:"):
+        mistake = prepared.raised.get(builtin_exception(failed.__cause__)) if failed.__cause__ else None
+        if not (context or mistake) or str(failed).startswith("TODO:"):
             raise
-        raise CheckFailed(f"{context}:\n{failed}") from failed.__cause__
+        said = Verdict("failed", f"{context}:\n{failed}" if context else str(failed), mistake)
+        raise said.refusal() from failed.__cause__
     verdict = prepared.judge_result(result, values=True)
     if context and not verdict.passed:
         verdict.message = f"{context}:\n{verdict.message}"

@@ -16,7 +16,8 @@ class Flaws:
     """Ways an attention implementation can go wrong; the defaults are all correct."""
 
     softmax_dim: int = -1
-    scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width); "input": x's width
+    scale: str = "head"  # "head": 1/sqrt(head_dim); "none"; "model": 1/sqrt(all heads' width); "input": x's width;
+    # "tokens": 1/sqrt(seq)
     masked_fill: float = float("-inf")
     causal_diagonal: int = 0  # the last key a causal query may see, counted from itself: -1 hides it, 1 leaks the next
     mask_after_softmax: bool = False  # masked weights zeroed after the softmax, rows not renormalised
@@ -27,6 +28,8 @@ class Flaws:
     dropout_in_eval: float = 0.0
     float_mask_ignored: bool = False  # an additive float mask left out, only a boolean one applied
     squeezed: bool = False  # .squeeze() on what the module returns: every dimension of size 1 removed
+    bias_left_out: bool = False  # the projections' weights used alone, x @ W.weight.T, without their biases
+    heads_on_tokens: bool = False  # the heads' outputs concatenated along the tokens, not the features
 
 
 @dataclass(frozen=True)

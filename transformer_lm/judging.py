@@ -214,8 +214,13 @@ class Verdict:
 
     def raise_if_failed(self) -> None:
         if not self.passed:
-            hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
-            raise CheckFailed(self.message + hint, self.mistake)
+            raise self.refusal()
+
+    def refusal(self) -> CheckFailed:
+        """What a visible check raises for this verdict: its message and, where it names one, the
+        mistake's title and hint."""
+        hint = f"\nLikely mistake: {self.mistake.title}.\n  {self.hint}" if self.mistake else ""
+        return CheckFailed(self.message + hint, self.mistake)
 
 
 def _changes_between_calls(got: dict[str, torch.Tensor], rtol: float, atol: float) -> bool:

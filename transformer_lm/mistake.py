@@ -16,8 +16,9 @@ class Mistake:
     """One catalogued mistake: a name for reports, words for the student, and its flaws.
 
     ``shows_with`` lists the features a test needs for the mistake to change the result
-    ("heads", "mask", "float_mask", "causal", "projection", "dropout", "input_width": an input whose width
-    is not one head's, "size_one": a size of 1); one feature is enough.
+    ("heads", "mask", "float_mask", "causal", "projection", "dropout", "bias", "several_tokens", "concatenated",
+    "input_width": an input whose width is not one head's, "size_one": a size of 1;
+    :attr:`transformer_lm.instructor.cases.AttentionCase.features`); one feature is enough.
     """
 
     name: str

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from transformer_lm.judging import Verdict
+from transformer_lm.mistake import Mistake
 from transformer_lm.sandboxed import probes, wire
 
 Judge = Callable[[dict[str, torch.Tensor], object, bool], Verdict]
@@ -77,7 +78,9 @@ class Prepared:
     before its first cell; ``on_error`` is what a call that failed there is told. A check that is
     ``clocked`` has its windows timed by the server. A visible check with ``refused`` feeds its call
     non-finite numbers on purpose: a call that refuses them with a ``ValueError`` is told that text
-    and not judged, since checking one's inputs is right."""
+    and not judged, since checking one's inputs is right. ``raised`` names the catalogued mistakes
+    whose twins raise an error on this check's inputs, by the name of that error's type (the nearest
+    of Python's own): a call that raises an error of that type made that mistake."""
 
     call: ProbeCall
     judge: Judge
@@ -85,6 +88,7 @@ class Prepared:
     on_error: str = ""
     clocked: Clocked | None = None
     refused: str = ""
+    raised: dict[str, Mistake] = field(default_factory=dict)
 
     def judge_result(self, result: object, values: bool) -> Verdict:
         """Judges what the probe returned (a record of tensors, or a plain value)."""

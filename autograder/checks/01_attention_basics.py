@@ -8,6 +8,7 @@ module in eval mode. Inputs come from the course's secret seed.
 import torch
 
 from autograder.reading.spec import Item
+from transformer_lm import catalog
 from transformer_lm.instructor import adapters
 from transformer_lm.instructor.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
 from transformer_lm.instructor.cases import AttentionCase
@@ -35,8 +36,9 @@ def two_dimensional(record) -> Verdict:
     width = record["output"].shape[-1]
     if len(heads) != 2:
         return Verdict("failed", render(TEXTS["heads"], heads=len(heads)))
-    if width != 2:
-        return Verdict("failed", render(TEXTS["width"], width=width))
+    if width != 2:   # 2 heads of 2 features: d_out taken for the output's width, not each head's
+        return Verdict("failed", render(TEXTS["width"], width=width),
+                       catalog.BY_NAME["wrapper_width_not_per_head"] if width == 4 else None)
     return Verdict("passed", TEXTS["passed"])
 
 
@@ -48,13 +50,13 @@ ITEMS = [
                   lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False,  # naive exp overflows here
                   mistakes=SOFTMAX_MISTAKES),
         CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                  lambda g: {"x": torch.randn(7, generator=g)}),
+                  lambda g: {"x": torch.randn(7, generator=g)}, mistakes=SOFTMAX_MISTAKES),
     ), forbids=SOFTMAX),
     Item("context_vectors", points=1, checks=(
         CallCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
                   lambda g: scores_vectors(g, 8, 5), mistakes=CONTEXT_VECTOR_MISTAKES),
         CallCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,
-                  lambda g: scores_vectors(g, 1, 4)),
+                  lambda g: scores_vectors(g, 1, 4), mistakes=CONTEXT_VECTOR_MISTAKES),
     ), forbids=LIBRARY_ATTENTION),
     Item("self_attention_v1", points=1, checks=(
         AttentionCheck("SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=7, d_in=5,
@@ -65,14 +67,14 @@ ITEMS = [
     Item("self_attention_v2", points=1, checks=(
         AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=7, d_in=5,
                                                                                      d_out=4, bias=False)),
-        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=4, d_in=6,
+        AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=3, d_in=6,
                                                                                      d_out=3, bias=True)),
         AttentionCheck("SelfAttention_v2", adapters.SELF_ATTENTION_V2, AttentionCase(batch=None, seq=1, d_in=2,
                                                                                      d_out=5, bias=False)),
     ), forbids=LIBRARY_ATTENTION, defines=("SelfAttention_v2",)),
     Item("transfer_weights", points=1, checks=(
         TransferCheck("transfer_weights", "SelfAttention_v2", adapters.SELF_ATTENTION_V2,
-                      "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=6, d_in=5, d_out=3,
+                      "SelfAttention_v1", adapters.SELF_ATTENTION_V1, AttentionCase(batch=None, seq=6, d_in=4, d_out=4,
                                                                                     bias=False)),
     ), builds_on=("self_attention_v1", "self_attention_v2")),
     Item("causal_attention", points=1, checks=(
@@ -81,7 +83,7 @@ ITEMS = [
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
                        AttentionCase(batch=2, seq=1, d_in=3, d_out=2, causal=True, bias=True)),
         AttentionCheck("CausalAttention", adapters.CAUSAL_ATTENTION,
-                       AttentionCase(batch=2, seq=5, d_in=4, d_out=3, causal=True, bias=False, dropout=0.5)),
+                       AttentionCase(batch=2, seq=5, d_in=4, d_out=5, causal=True, bias=False, dropout=0.5)),
     ), forbids=LIBRARY_ATTENTION, defines=("CausalAttention",)),
     Item("multihead_wrapper", points=1, checks=(
         AttentionCheck("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER,
@@ -106,9 +108,9 @@ ITEMS = [
                        AttentionCase(batch=1, seq=1, d_in=3, d_out=6, num_heads=3, causal=True, bias=False,
                                      out_proj=True)),
         AttentionCheck("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION,
-                       AttentionCase(batch=2, seq=4, d_in=3, d_out=4, num_heads=2, causal=True, bias=False,
+                       AttentionCase(batch=2, seq=4, d_in=3, d_out=4, num_heads=1, causal=True, bias=False,
                                      out_proj=True, dropout=0.5)),
         RaisesCheck("MultiHeadAttention", {"d_in": 3, "d_out": 7, "context_length": 4, "dropout": 0.0,
-                                           "num_heads": 2}),
+                                           "num_heads": 2}, mistake="heads_not_checked"),
     ), forbids=LIBRARY_ATTENTION),
 ]

@@ -133,7 +133,9 @@ def _probe_problem(item: Item, pid: str, outcome: runner.ProbeOutcome, assignmen
             return replace(failed, message=f"{prepared.on_error} ({outcome.status}: {message})")
         if problem and outcome.status == "error" and "Your answer cell" not in message:
             message = ERRORS["cell_failed"] + (syntax_text(problem, answer.source) or problem)
-        return replace(failed, status=outcome.status, message=message)
+        mistake = prepared.raised.get(outcome.exception) if outcome.exception else None   # its twin raises the same
+        named = {"mistake": mistake.title, "hint": mistake.hint_in()} if mistake else {}
+        return replace(failed, status=outcome.status, message=message, **named)
     try:
         verdict = prepared.judge(outcome.record or {}, outcome.value, False)
     except Exception:  # noqa: BLE001 - malformed results are the submission's error

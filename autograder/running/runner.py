@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 import transformer_lm
 from transformer_lm import forbidding
 from autograder.running import clocked, journal, kept_blocks, sandbox
+from autograder.running.outcome import ProbeOutcome
 from autograder.reading.preflight import Preflight
 from autograder.running.run_plan import plan_of
 from autograder.reading.messages import BEFORE_RUN, DEATH, ERRORS, IN_ANSWER_CELL, own_line, render
@@ -54,23 +55,6 @@ class RunSettings:
     file_size_bytes: int = 64 * 2**20
     output_bytes: int = 256 * 2**10
     max_attempts: int = 6
-
-
-@dataclass
-class ProbeOutcome:
-    """What became of one probe call: ``ok`` (with its record or value), ``todo``, ``error``,
-    ``timeout`` or ``killed``, with a message for the student; ``ran`` maps each watched torch
-    function or ATen operator that ran during the call to the notebook cells (plan indexes,
-    innermost first) on the stack when it did (:func:`transformer_lm.sandboxed.call_trace.trace_calls`)."""
-
-    status: str
-    message: str = ""
-    record: dict[str, torch.Tensor] | None = None
-    value: object = None
-    ran: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
-    absent_from: tuple[int, ...] = ()
-    """For a call of what the run took out (``forbidden``): the notebook cells (plan indexes) on the
-    stack when it was made, innermost first, as far as the run said."""
 
 
 @dataclass
@@ -339,7 +323,8 @@ class Attempts:
                 continue
             if event.get("error"):
                 status = {"todo": "todo", "absent": "forbidden"}.get(event.get("kind"), "error")
-                outcome = ProbeOutcome(status, self._message(event, reading))
+                outcome = ProbeOutcome(status, self._message(event, reading),
+                                       exception=event["error"] if event.get("kind") == "error" else "")
                 if status == "forbidden" and isinstance(event.get("cells"), list):
                     outcome.absent_from = tuple(reading.counts[c] for c in event["cells"][:64]
                                                 if isinstance(c, int) and c in reading.counts)

@@ -43,7 +43,9 @@ class AttentionCase:
     def features(self) -> frozenset[str]:
         """What this case can reveal, in the terms of :attr:`Mistake.shows_with`."""
         on = {"heads": self.num_heads > 1, "causal": self.causal, "mask": self.mask is not None,
-              "projection": self.out_proj, "dropout": self.dropout > 0, "float_mask": self.mask == "float",
+              "projection": self.out_proj, "dropout": self.dropout > 0, "bias": self.bias,
+              "float_mask": self.mask == "float", "several_tokens": self.seq > 1,
+              "concatenated": self.num_heads > 1 and not self.out_proj,
               "input_width": self.d_in != self.d_out // self.num_heads,   # x's width is not one head's
               "size_one": 1 in (self.batch, self.seq, self.num_heads, self.out_width)}
         return frozenset(name for name, present in on.items() if present)

@@ -126,13 +126,17 @@ def function_records(expected_fn, inputs: dict[str, torch.Tensor], grad_output: 
 
 
 def transfer_records(source_api: AttentionAPI, target_api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
-    """Arguments for :func:`probes.probe_transfer` and the expected record: after the transfer,
-    the target computes what the reference computes with the source's weights."""
+    """Arguments for :func:`probes.probe_transfer`, the expected record (after the transfer, the
+    target computes what the reference computes with the source's weights) and the record of a
+    transfer without the transpose, which only fits where ``d_in == d_out`` (elsewhere the copy
+    raises an error)."""
     with torch.no_grad():
         output, _ = _reference_forward(case, tensors.weights, tensors.x, None)
+        candidates = {} if case.d_in != case.d_out else {catalog.BY_NAME["transfer_without_transpose"]: {
+            "output": _reference_forward(case, tensors.weights.map(lambda t: t.T), tensors.x, None)[0]}}
     arguments = {"source_init": source_api.init(case), "source_state": source_api.state(tensors.weights, case),
                  "target_init": target_api.init(case), "x": tensors.x}
-    return arguments, {"output": output}
+    return arguments, {"output": output}, candidates
 
 
 def multihead_load_records(api: AttentionAPI, case: AttentionCase, tensors: CaseTensors):
@@ -255,20 +259,23 @@ class CallCheck:
         output = self.reference(*inputs.values())
         grad_output = torch.randn(output.shape, generator=generator) if self.grad else None
         candidates = self.mistakes.records(*inputs.values()) if self.mistakes else None
-        return function_check(self.object, self.reference, inputs, grad_output, candidates)
+        raised = self.mistakes.raised(*inputs.values()) if self.mistakes else {}
+        return function_check(self.object, self.reference, inputs, grad_output, candidates, raised=raised)
 
 
 def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
-                   candidates: dict | None = None, call_kwargs: dict | None = None) -> Prepared:
+                   candidates: dict | None = None, call_kwargs: dict | None = None,
+                   raised: dict[str, catalog.Mistake] | None = None) -> Prepared:
     """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
     against ``expected_fn``: what :class:`CallCheck` prepares once it has drawn them. The
     student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold. Inputs
     whose exp overflows (a softmax's scores in the hundreds) go to the judge too, so that an
-    answer that overflows on them is told so, with the row that did."""
+    answer that overflows on them is told so, with the row that did. ``raised``: the mistakes
+    whose twins raise an error on these inputs, by its type (:meth:`MistakeFamily.raised`)."""
     expected = function_records(expected_fn, inputs, grad_output)
     call = ProbeCall.of(probes.probe_function, {"fn": name},
                         {"inputs": inputs, "grad_output": grad_output, "call_kwargs": call_kwargs})
-    return Prepared(call, RecordJudge(expected, candidates, inputs=overflowing(inputs)))
+    return Prepared(call, RecordJudge(expected, candidates, inputs=overflowing(inputs)), raised=raised or {})
 
 
 @dataclass(frozen=True)
@@ -285,9 +292,9 @@ class TransferCheck:
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         tensors = make_case_tensors(self.case, generator)
-        arguments, expected = transfer_records(self.source_api, self.target_api, self.case, tensors)
+        arguments, expected, candidates = transfer_records(self.source_api, self.target_api, self.case, tensors)
         objects = {"fn": self.object, "source_cls": self.source, "target_cls": self.target}
-        return Prepared(ProbeCall.of(probes.probe_transfer, objects, arguments), RecordJudge(expected))
+        return Prepared(ProbeCall.of(probes.probe_transfer, objects, arguments), RecordJudge(expected, candidates))
 
 
 @dataclass(frozen=True)
@@ -302,7 +309,7 @@ class RaisesCheck:
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         return Prepared(ProbeCall(probes.raised_exception, {"cls": self.object}, {"init": self.init}),
-                        RaisesJudge(self.object, self.init, self.exception, 
+                        RaisesJudge(self.object, self.init, self.exception,
                                     catalog.BY_NAME[self.mistake] if self.mistake else None))
 
 

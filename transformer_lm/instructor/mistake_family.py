@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 import torch
 
 from transformer_lm import catalog
+from transformer_lm.sandboxed.student_objects import builtin_exception
 
 
 class MistakeFamily:
@@ -34,11 +35,32 @@ class MistakeFamily:
 
     def records(self, *arguments) -> dict[catalog.Mistake, dict[str, torch.Tensor]]:
         """Each revealable mistake's record on ``arguments``: ``{mistake: {"output": tensor}}``,
-        in the family's order (the first match is the one a verdict names)."""
+        in the family's order (the first match is the one a verdict names). A twin that raises an
+        error there has no record: :meth:`raised` names its mistake."""
+        return {mistake: {"output": output} for mistake, output in self._outputs(*arguments).items()
+                if isinstance(output, torch.Tensor)}
+
+    def raised(self, *arguments) -> dict[str, catalog.Mistake]:
+        """The mistakes whose twins raise an error on ``arguments``, by the name of its type (the
+        nearest of Python's own, as a run reports a student's error), the family's first for each:
+        a call that raises an error of that type there made that mistake (a softmax written for 2-D
+        scores only, given a vector)."""
+        found = {}
+        for mistake, output in self._outputs(*arguments).items():
+            if isinstance(output, Exception):
+                found.setdefault(builtin_exception(output), mistake)
+        return found
+
+    def _outputs(self, *arguments) -> dict[catalog.Mistake, torch.Tensor | Exception]:
+        """What each twin gives on ``arguments``, or the error it raises; twins that cannot
+        reveal their mistake there (``None``) are left out."""
         found = {}
         with torch.no_grad():
             for mistake, twin in self.twins.items():
-                output = twin(*arguments)
+                try:
+                    output = twin(*arguments)
+                except Exception as error:  # noqa: BLE001 - a twin's error is what its mistake raises
+                    output = error
                 if output is not None:
-                    found[mistake] = {"output": output}
+                    found[mistake] = output
         return found

@@ -45,7 +45,7 @@ def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_w
     Unlike the reference it does not protect fully masked rows: like most student code,
     it yields NaN there. Returns ``(output, weights)``.
     """
-    scale = {"head": 1.0 / math.sqrt(q.shape[-1]), "none": 1.0,
+    scale = {"head": 1.0 / math.sqrt(q.shape[-1]), "none": 1.0, "tokens": 1.0 / math.sqrt(k.shape[-2]),
              "model": 1.0 / math.sqrt(model_width or q.shape[-1]),
              "input": 1.0 / math.sqrt(input_width or q.shape[-1])}[flaws.scale]
     scores = reference.attention_scores(q, k, scale)
@@ -91,15 +91,25 @@ SOFTMAX_OVERFLOW = catalog.Mistake(
     "that its largest score is 0 before the exponential.")
 """The naive softmax, ``exp(x) / exp(x).sum()``: right on small scores, NaN where a score's exp overflows."""
 
+SOFTMAX_FOR_MATRICES = catalog.Mistake(
+    "softmax_over_dim_one", "a softmax written for 2-D scores only (dim=1)",
+    "dim=1 is the last dimension only of a 2-D tensor: a vector has no dimension 1 (an IndexError), and on "
+    "batched scores (batch, queries, keys) dim=1 runs over the queries. Take the maximum and the sum over dim=-1, "
+    "the last dimension whatever the number of dimensions.")
+"""A softmax over ``dim=1``: right on a matrix, an ``IndexError`` on a vector, wrong on a batch."""
+
 SOFTMAX_MISTAKES = MistakeFamily({catalog.BY_NAME["softmax_wrong_dim"]: lambda x: torch.softmax(x, dim=0),
-                                  SOFTMAX_OVERFLOW: lambda x: x.exp() / x.exp().sum(dim=-1, keepdim=True)})
-"""A softmax function of one tensor normalised over the first dimension instead of the last, or
-written without its shift, which overflows."""
+                                  SOFTMAX_OVERFLOW: lambda x: x.exp() / x.exp().sum(dim=-1, keepdim=True),
+                                  SOFTMAX_FOR_MATRICES: lambda x: torch.softmax(x, dim=1)})
+"""A softmax function of one tensor normalised over the first dimension instead of the last,
+written without its shift, which overflows, or over dim=1, which a vector does not have."""
 
 CONTEXT_VECTOR_MISTAKES = MistakeFamily({
     catalog.BY_NAME["softmax_wrong_dim"]: lambda x: flawed_attention(x, x, x, None, Flaws(scale="none",
-                                                                                          softmax_dim=0))[0]})
-"""Weightless attention ``softmax(x @ x.T) @ x`` (no scaling), its softmax over the queries."""
+                                                                                          softmax_dim=0))[0],
+    catalog.BY_NAME["squeezed_size_one"]: lambda x: flawed_attention(x, x, x, None, Flaws(scale="none"))[0].squeeze()})
+"""Weightless attention ``softmax(x @ x.T) @ x`` (no scaling), its softmax over the queries, or its
+output squeezed (one token's comes out 1-D)."""
 
 
 def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_heads: int, flaws: Flaws = Flaws(),
@@ -114,13 +124,18 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
         return reference.split_heads(t, num_heads)
 
     def merge(t):
+        if flaws.heads_on_tokens:   # (..., heads, seq, head_dim) -> (..., heads * seq, head_dim), head 0 first
+            return t.flatten(-3, -2)
         if flaws.merge_without_transpose:
             return t.reshape(*t.shape[:-3], t.shape[-2], t.shape[-3] * t.shape[-1])
         return reference.merge_heads(t)
 
-    q = split(F.linear(x, weights.w_query, weights.b_query))
-    k = split(F.linear(x, weights.w_key, weights.b_key))
-    v = split(F.linear(x, weights.w_value, weights.b_value))
+    def project(w, b):
+        return F.linear(x, w, None if flaws.bias_left_out else b)
+
+    q = split(project(weights.w_query, weights.b_query))
+    k = split(project(weights.w_key, weights.b_key))
+    v = split(project(weights.w_value, weights.b_value))
     allowed = None
     if causal:
         seq = x.shape[-2]

@@ -53,7 +53,8 @@ def _attention_basics() -> dict[str, list[Entry]]:
     generator = torch.Generator().manual_seed(1)
     softmax = [entry("softmax_stable", function_check("softmax_stable", lambda x: torch.softmax(x, dim=-1), {"x": x},
                                                       torch.randn(x.shape, generator=generator),
-                                                      mistakes.SOFTMAX_MISTAKES.records(x)),
+                                                      mistakes.SOFTMAX_MISTAKES.records(x),
+                                                      raised=mistakes.SOFTMAX_MISTAKES.raised(x)),
                      f"softmax_stable on x of shape {tuple(x.shape)}")
                for x in (torch.randn(6, generator=generator), 4 * torch.randn(2, 4, 5, generator=generator),
                          torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, 0.0, 1000.0]]))]
@@ -87,7 +88,7 @@ def _attention_basics() -> dict[str, list[Entry]]:
             AttentionCase(batch=1, seq=1, d_in=3, d_out=2, causal=True, bias=False),
             AttentionCase(batch=2, seq=6, d_in=3, d_out=2, causal=True, bias=False, dropout=0.5))),
         "multihead_wrapper": attention_entries("MultiHeadAttentionWrapper", adapters.MULTI_HEAD_ATTENTION_WRAPPER, (
-            AttentionCase(batch=2, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, bias=False),
+            AttentionCase(batch=1, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, bias=False),
             AttentionCase(batch=2, seq=5, d_in=4, d_out=6, num_heads=3, causal=True, bias=True, context_length=7))),
         "multihead_attention": attention_entries("MultiHeadAttention", adapters.MULTI_HEAD_ATTENTION, (
             AttentionCase(batch=2, seq=6, d_in=3, d_out=4, num_heads=2, causal=True, out_proj=True, bias=False),

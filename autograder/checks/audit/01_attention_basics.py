@@ -2,6 +2,9 @@
 another way (see autograder/commands/audit.py)."""
 
 SOFTMAX = "torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)"
+BIAS_LEFT_OUT = (("queries = self.W_query(x)", "queries = x @ self.W_query.weight.T"),
+                 ("keys = self.W_key(x)", "keys = x @ self.W_key.weight.T"),
+                 ("values = self.W_value(x)", "values = x @ self.W_value.weight.T"))
 MASK_SCORES = 'scores = scores.masked_fill(future, float("-inf"))'
 
 
@@ -11,22 +14,42 @@ def mutants(answer):
             "softmax_wrong_dim": answer("softmax_stable", ("x.amax(dim=-1, keepdim=True)", "x.amax(dim=0, keepdim=True)"),
                                         ("exps.sum(dim=-1, keepdim=True)", "exps.sum(dim=0, keepdim=True)")),
             "softmax_not_shifted": answer("softmax_stable", ("x - x.amax(dim=-1, keepdim=True)", "x")),
+            "softmax_over_dim_one": answer("softmax_stable",
+                                           ("x.amax(dim=-1, keepdim=True)", "x.amax(dim=1, keepdim=True)"),
+                                           ("exps.sum(dim=-1, keepdim=True)", "exps.sum(dim=1, keepdim=True)")),
         },
         "context_vectors": {
             "softmax_wrong_dim": answer("context_vectors", ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=0)")),
+            "squeezed_size_one": answer("context_vectors", ("return weights @ inputs",
+                                                          "return (weights @ inputs).squeeze()")),
         },
         "self_attention_v1": {
             "softmax_wrong_dim": answer("self_attention_v1", (SOFTMAX + "   #", "torch.softmax(scores / keys.shape[-1] ** 0.5, dim=0)   #")),
             "no_scaling": answer("self_attention_v1", (SOFTMAX + "   #", "torch.softmax(scores, dim=-1)   #")),
+            "squeezed_size_one": answer("self_attention_v1", ("return weights @ values",
+                                                            "return (weights @ values).squeeze()")),
         },
         "self_attention_v2": {
             "softmax_wrong_dim": answer("self_attention_v2", (SOFTMAX + "   #", "torch.softmax(scores / keys.shape[-1] ** 0.5, dim=0)   #")),
             "no_scaling": answer("self_attention_v2", (SOFTMAX + "   #", "torch.softmax(scores, dim=-1)   #")),
+            "scaled_by_sequence_length": answer("self_attention_v2", ("scores / keys.shape[-1] ** 0.5",
+                                                                      "scores / keys.shape[0] ** 0.5")),
+            "bias_left_out": answer("self_attention_v2", *BIAS_LEFT_OUT),
+            "squeezed_size_one": answer("self_attention_v2", ("return weights @ values",
+                                                            "return (weights @ values).squeeze()")),
+        },
+        "transfer_weights": {
+            "transfer_without_transpose": answer("transfer_weights", ("sa_v2.W_query.weight.T", "sa_v2.W_query.weight"),
+                                                 ("sa_v2.W_key.weight.T", "sa_v2.W_key.weight"),
+                                                 ("sa_v2.W_value.weight.T", "sa_v2.W_value.weight")),
         },
         "causal_attention": {
             "softmax_wrong_dim": answer("causal_attention", ("dim=-1)   # (b, T, T), over the keys",
                                                              "dim=1)   # (b, T, T)")),
             "no_scaling": answer("causal_attention", (SOFTMAX, "torch.softmax(scores, dim=-1)")),
+            "scaled_by_sequence_length": answer("causal_attention", ("scores / keys.shape[-1] ** 0.5",
+                                                                     "scores / keys.shape[1] ** 0.5")),
+            "bias_left_out": answer("causal_attention", *BIAS_LEFT_OUT),
             "mask_filled_with_zero": answer("causal_attention", ('masked_fill(future, float("-inf"))',
                                                                  "masked_fill(future, 0.0)")),
             "mask_hides_diagonal": answer("causal_attention", ("diagonal=1).bool()", "diagonal=0).bool()")),
@@ -38,6 +61,16 @@ def mutants(answer):
                                                            "weights = torch.nn.functional.dropout(weights, 0.5)")),
             "dropout_in_eval: at the module's rate": answer("causal_attention", (
                 "weights = self.dropout(weights)", "weights = torch.nn.functional.dropout(weights, self.dropout.p)")),
+        },
+        "multihead_wrapper": {
+            "heads_concatenated_on_tokens": answer("multihead_wrapper", ("for head in self.heads], dim=-1)",
+                                                                         "for head in self.heads], dim=1)")),
+            "squeezed_size_one": answer("multihead_wrapper", ("for head in self.heads], dim=-1)",
+                                                            "for head in self.heads], dim=-1).squeeze()")),
+        },
+        "two_dim_wrapper": {
+            "wrapper_width_not_per_head": answer("two_dim_wrapper", ("MultiHeadAttentionWrapper(d_in, 1,",
+                                                                     "MultiHeadAttentionWrapper(d_in, 2,")),
         },
         "multihead_attention": {
             "softmax_wrong_dim": answer("multihead_attention", ("dim=-1)   # (b, H, T, T), over the keys",
@@ -65,6 +98,14 @@ def mutants(answer):
                 "multihead_attention", ("context = (weights @ values).transpose(1, 2)", "context = weights @ values")),
             "missing_output_projection": answer("multihead_attention", ("return self.out_proj(context)",
                                                                         "return context")),
+            "bias_left_out": answer("multihead_attention", ("self.W_query(x).view", "(x @ self.W_query.weight.T).view"),
+                                    ("self.W_key(x).view", "(x @ self.W_key.weight.T).view"),
+                                    ("self.W_value(x).view", "(x @ self.W_value.weight.T).view")),
+            "squeezed_size_one": answer("multihead_attention", ("return self.out_proj(context)",
+                                                              "return self.out_proj(context).squeeze()")),
+            "heads_not_checked": answer("multihead_attention", (
+                "        if d_out % num_heads != 0:\n"
+                '            raise ValueError(f"d_out={d_out} is not divisible by num_heads={num_heads}")\n', "")),
             "dropout_in_eval": answer("multihead_attention", ("weights = self.dropout(weights)",
                                                               "weights = torch.nn.functional.dropout(weights, 0.5)")),
             "dropout_in_eval: at the module's rate": answer("multihead_attention", (
@@ -188,40 +229,15 @@ def alternatives(answer):
     }
 
 
-ONE_TOKEN = ("one token: the catalogued mistakes give the right answer there (a softmax over one score is 1); the "
-             "check catches code written for several tokens only (a shape in the code, a squeeze), which raises an "
-             "error and is no catalogued mistake")
-BIAS = ("the one check with qkv_bias=True: it catches a class that leaves the bias out, which the catalogue does not "
-        "hold; each catalogued mistake it catches fails another check too")
-LONGER_CONTEXT = ("the one check whose context_length is longer than the sequence: it catches a mask not cut to the "
-                  "sequence, which raises an error and is no catalogued mistake; each catalogued mistake it catches "
-                  "fails another check too")
-WRAPPER = ("the wrapper and the factory make no catalogued mistake of their own (a mistake in the heads is "
-           "CausalAttention's, charged there): the check stands for the width and the heads the exercise asks for")
-KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("softmax_stable", (1,), "ordinary scores, with the gradient: each catalogued softmax mistake that fails it "
-                             "fails the check at scores in the hundreds too; it stands for an answer whose gradient "
-                             "does not flow (.item(), NumPy), which the catalogue does not hold"),
-    ("softmax_stable", (3,), "a 1-D input: it catches a softmax written for 2-D inputs only (dim=1, x.T), which "
-                             "raises an error and is no catalogued mistake"),
-    ("context_vectors", (2,), ONE_TOKEN),
-    ("self_attention_v1", (2,), ONE_TOKEN),
-    ("self_attention_v2", (1,), "the first of its shapes: each catalogued mistake it catches (the softmax's "
-                                "dimension, the scaling) fails the check with a bias too"),
-    ("self_attention_v2", (2,), BIAS),
-    ("self_attention_v2", (3,), ONE_TOKEN),
-    ("transfer_weights", (1,), "the catalogue has no mistake of the weight transfer: weights copied without their "
-                               "transpose raise an error on these shapes, which the check reports"),
-    ("causal_attention", (1,), LONGER_CONTEXT),
-    ("causal_attention", (2,), BIAS),
-    ("multihead_wrapper", (1, 2), WRAPPER),
-    ("two_dim_wrapper", (1,), WRAPPER),
-    ("multihead_attention", (1,), LONGER_CONTEXT),
-    ("multihead_attention", (2,), BIAS),
-    ("multihead_attention", (3,), ONE_TOKEN),
-    ("multihead_attention", (5,), "the error for a d_out that num_heads does not divide: leaving that check out is "
-                                  "no catalogued mistake"),
-) for number in numbers}
+KNOWN_GAPS = {
+    ("softmax_stable", "check 1"): (
+        "ordinary scores, with the gradient: it stands for an answer whose gradient does not flow (.detach(), "
+        "torch.tensor(...) of the result, NumPy), which fails it and not check 2 (each catalogued mistake with "
+        "wrong values that fails it fails the scores in the hundreds too). Such an answer fails check 3 as well, "
+        "which takes the gradient of its vector: the check could be needed alone only if check 3 stopped taking "
+        "the gradient, which would weaken the grading. (It is also caught as an error, the output not connected "
+        "to the input by autograd, which names no mistake.)"),
+}
 
 
 def library(answer):
