@@ -433,10 +433,11 @@ def test_summed_loss_and_uncropped_context_each_lose_their_item_only(graded, sou
     reports, _ = graded
     student = reports["loss_and_crop"]
     assert (student["gpt"]["status"], student["gpt"]["score"]) == ("failed", 0)
-    assert "sum over the positions" in student["gpt"]["message"]
+    assert student["gpt"]["mistake"] == "the loss summed over the positions instead of averaged"
     summed = answer(source_nb, "gpt", MEAN_LOSS, 'targets.view(-1), ignore_index=-1, reduction="sum")')
     printed = visible_check_of(source_nb, "gpt_test", {"gpt": summed})
-    assert "sum over the positions" in printed, printed  # the visible check says what the hidden one says
+    # the visible check names what the hidden one names
+    assert "Likely mistake: the loss summed over the positions instead of averaged" in printed, printed
     assert student["generate"]["status"] in ("failed", "error") and student["generate"]["score"] == 0
     assert "block_size" in student["generate"]["message"]
     for name in ("mingpt_attention", "block", "kv_cache"):

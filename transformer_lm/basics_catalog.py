@@ -33,9 +33,9 @@ BASICS_ATTENTION: tuple[Mistake, ...] = (
 BASICS_NAMED: tuple[Mistake, ...] = (
     Mistake(
         "transfer_without_transpose", "weights copied without their transpose",
-        "nn.Linear(d_in, d_out) stores its weight as (d_out, d_in) and computes x @ weight.T, while "
-        "SelfAttention_v1 computes x @ W with W of shape (d_in, d_out): copy weight.T into W. When d_in == d_out "
-        "the copy without .T fits, and computes something else.",
+        "A linear layer from d_in to d_out features stores its weight as (d_out, d_in) and computes x @ weight.T, "
+        "while SelfAttention_v1 computes x @ W with W of shape (d_in, d_out): copy weight.T into W. When "
+        "d_in == d_out the copy without .T fits, and computes something else.",
     ),
     Mistake(
         "wrapper_width_not_per_head", "d_out given as the output's width instead of each head's",

@@ -48,7 +48,8 @@ def decoder_mistakes(shows_with: str) -> list[Mistake]:
 
 def generation_mistakes(shows_with: str) -> list[Mistake]:
     """The catalogued mistakes of sampling and generation that show in ``"sampling"``, in
-    ``"generation"`` (greedy tokens without a cache) or in ``"cache"`` (with a KV cache)."""
+    ``"generation"`` (greedy tokens without a cache), in ``"cache"`` (with a KV cache) or in ``"cache_steps"``
+    (the right tokens, with the model run on other numbers of tokens per step)."""
     return [mistake for mistake in GENERATION if shows_with in mistake.shows_with]
 
 
@@ -144,7 +145,7 @@ PYTORCH_ATTENTION: tuple[Mistake, ...] = (
         "float_mask_ignored", "a float mask left out of the scores",
         "A float attn_mask is added to the scores before the softmax, as in F.scaled_dot_product_attention: "
         "0 keeps a score, -inf blocks it, and any other number shifts it. Code that applies only a boolean mask "
-        "must add a float one too: scores = scores + attn_mask.",
+        "must handle a float one too, by adding it to the scores.",
         Flaws(float_mask_ignored=True), frozenset({"float_mask"}),
     ),
 )
@@ -217,7 +218,30 @@ GENERATION: tuple[Mistake, ...] = (
         "number of tokens already in the cache, not at position 0 again.",
         GenerationFlaws(positions_from_zero=True), frozenset({"cache"}),
     ),
+    Mistake(
+        "cache_restarted_early", "the KV cache restarted while it still had room for one token",
+        "The cache holds up to block_size tokens. Feed one new token per step while the cache holds fewer than "
+        "block_size, and restart it from the last block_size tokens only once it is full. Restarting one step "
+        "sooner gives the same tokens, but runs the model on the whole context more often than it needs to.",
+        GenerationFlaws(restart_early=True), frozenset({"cache_steps"}),
+    ),
+    Mistake(
+        "loss_summed", "the loss summed over the positions instead of averaged",
+        "The loss is the mean cross-entropy over the positions that count, F.cross_entropy's default "
+        "(reduction='mean'). A sum grows with the batch and the sequence length, and so does the size of every "
+        "gradient step.",
+        None, frozenset({"loss"}),
+    ),
+    Mistake(
+        "loss_mean_over_ignored", "the positions whose target is -1 counted in the mean",
+        "A position whose target is -1 must not count at all: zeroing its loss still divides the sum by every "
+        "position, which makes the loss too small. Divide by the number of positions that count, "
+        "(targets != -1).sum(), or pass ignore_index=-1 to F.cross_entropy, which does both.",
+        None, frozenset({"loss"}),
+    ),
 )
+"""Mistakes of minGPT (assignment 04): of sampling, of generation with and without a KV cache, and of
+the loss, which :class:`transformer_lm.gpt_judges.LossJudge` names."""
 
 TILING: tuple[Mistake, ...] = (
     Mistake(

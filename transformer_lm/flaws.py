@@ -41,6 +41,7 @@ class GenerationFlaws:
     top_k_unmapped: bool = False  # the position drawn among the top k used as the token id
     crop_first: bool = False  # the context cropped to its first block_size tokens, not its last
     positions_from_zero: bool = False  # with a KV cache, the new tokens' positions start at 0 again
+    restart_early: bool = False  # the KV cache restarted when it has room for one token more
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ with the reference, and :mod:`transformer_lm.stored` keeps them for the visible 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,9 +27,6 @@ TEXTS = {
                   "count.",
     "loss": "the loss",
     "loss_passed": "Correct: the logits and the loss match the reference.",
-    "loss_summed": " It is the sum over the positions; the loss is their mean (F.cross_entropy's default).",
-    "loss_every_position": " The positions whose target is -1 still count in the mean: pass ignore_index=-1 to "
-                           "F.cross_entropy.",
     "returned_nothing": "nothing",
     "returned_shape": "shape {shape:shape}",
     "tokens_shape": "{call:call} on a prompt of shape {prompt:shape} with max_new_tokens={new:number} returned ",
@@ -83,7 +80,7 @@ def frequency_misfit(frequencies: torch.Tensor, probabilities: torch.Tensor, dra
 class LossJudge:
     """``forward(idx, targets)`` gives the reference's ``logits`` and ``loss`` (the probe records
     the loss as ``weights``); a loss that is the ``summed`` one, or the mean over
-    ``every_position`` (targets of -1 counted), is named."""
+    ``every_position`` (targets of -1 counted), is named as its catalogued mistake."""
 
     logits: torch.Tensor
     loss: torch.Tensor
@@ -105,11 +102,9 @@ class LossJudge:
         problem = difference(TEXTS["loss"], got, self.loss, values=values)
         if problem is None:
             return Verdict("passed", TEXTS["loss_passed"])
-        if difference(TEXTS["loss"], got, self.summed) is None:
-            problem += TEXTS["loss_summed"]
-        elif difference(TEXTS["loss"], got, self.every_position) is None:
-            problem += TEXTS["loss_every_position"]
-        return Verdict("failed", problem)
+        named = [name for name, made in (("loss_summed", self.summed), ("loss_mean_over_ignored", self.every_position))
+                 if difference(TEXTS["loss"], got, made) is None]
+        return Verdict("failed", problem, catalog.BY_NAME[named[0]] if named else None)
 
 
 @dataclass
@@ -117,7 +112,8 @@ class TokensJudge:
     """Greedy ``generate`` (``call``) on the prompt ``idx`` gives the reference's ``expected``
     tokens; ``use_cache`` also wants the model run on the reference cache's ``steps`` (tokens per
     call). A failure says where the tokens part from the reference's and names the mistake whose
-    ``candidates`` tokens they are."""
+    ``candidates`` tokens they are, or, for the right tokens, whose ``step_candidates`` tokens per
+    call the model ran on."""
 
     call: str
     idx: torch.Tensor
@@ -126,6 +122,7 @@ class TokensJudge:
     block_size: int
     use_cache: bool
     candidates: dict[catalog.Mistake, torch.Tensor]
+    step_candidates: dict[catalog.Mistake, torch.Tensor] = field(default_factory=dict)  # right tokens, other steps
 
     def __call__(self, record, value, values: bool) -> Verdict:
         prompt, new = self.idx.shape[-1], self.expected.shape[-1] - self.idx.shape[-1]
@@ -140,8 +137,11 @@ class TokensJudge:
                 (seen is None or not torch.equal(seen.long(), self.steps)):
             ran = (TEXTS["never_ran"] if seen is None or not seen.numel()
                    else render(TEXTS["ran_on"], seen=str(seen.tolist())))
+            mistake = next((m for m, steps in self.step_candidates.items()
+                            if seen is not None and torch.equal(seen.long(), steps)), None)
             return Verdict("failed", render(TEXTS["cache_unused"], call=self.call) + ran
-                           + render(TEXTS["cache_steps"], block_size=self.block_size, steps=str(self.steps.tolist())))
+                           + render(TEXTS["cache_steps"], block_size=self.block_size, steps=str(self.steps.tolist())),
+                           mistake)
         if torch.equal(got, self.expected):
             return Verdict("passed", TEXTS["tokens_passed"])
         if not torch.equal(got[:, :prompt], self.idx):

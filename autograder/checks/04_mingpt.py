@@ -5,7 +5,8 @@ The notebook checks the attention layer with seed 000's gradient fingerprint (ev
 gradient, and every gradient is compared element by element, which is stronger: a merge of the
 heads without transpose, for one, keeps the fingerprint but not the gradients. Sizes differ
 from the notebook's: other widths, one head and several, a single token, sequences shorter than
-``block_size``, dropout switched on with the module in eval mode.
+``block_size``, dropout switched on with the module in eval mode (a block or a model called twice:
+two outputs name dropout left on).
 
 Blocks and models get the reference's randomized weights by parameter name; the loss is
 checked with targets of -1 among them, and the forward pass with a KV cache against the whole
@@ -21,7 +22,7 @@ from dataclasses import asdict
 import torch
 
 from autograder.reading.spec import Item
-from transformer_lm.instructor import adapters, reference
+from transformer_lm.instructor import adapters, mistakes, reference
 from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, SamplingCheck
@@ -43,13 +44,14 @@ def attention(batch, seq, width, heads, **extra) -> AttentionCheck:
 def block(sizes: dict, batch: int, seq: int) -> ModuleCheck:
     cfg = reference.GPTConfig(**sizes)
     return ModuleCheck("Block", {"config": asdict(cfg)}, lambda: reference.Block(cfg),
-                       lambda g: {"x": torch.randn(batch, seq, cfg.n_embd, generator=g)})
+                       lambda g: {"x": torch.randn(batch, seq, cfg.n_embd, generator=g)},
+                       mistakes=mistakes.BLOCK_MISTAKES, repeat=True)
 
 
 def gpt(sizes: dict, batch: int, seq: int) -> ModuleCheck:
     cfg = reference.GPTConfig(**sizes)
     return ModuleCheck("GPT", {"config": asdict(cfg)}, lambda: reference.GPT(cfg),
-                       lambda g: {"idx": torch.randint(cfg.vocab_size, (batch, seq), generator=g)})
+                       lambda g: {"idx": torch.randint(cfg.vocab_size, (batch, seq), generator=g)}, repeat=True)
 
 
 SMALL = dict(vocab_size=9, block_size=7, n_layer=2, n_head=2, n_embd=8)

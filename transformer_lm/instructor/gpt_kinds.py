@@ -133,16 +133,19 @@ class GenerateCheck:
                           for mistake in revealable}
             candidates = {m: tokens for m, tokens in candidates.items() if not torch.equal(tokens, records["output"])}
             if drawn is None or len(candidates) > len(drawn[-1]):
-                drawn = (state, idx, records, candidates)
+                drawn = (model, state, idx, records, candidates)
             if len(candidates) == len(revealable):
                 break
-        state, idx, records, candidates = drawn
+        model, state, idx, records, candidates = drawn
+        steps = {m: mistakes.flawed_cache_steps(model, idx, self.max_new_tokens, m.flaws)
+                 for m in (catalog.generation_mistakes("cache_steps") if cached else ())}
         arguments = {"init": {"config": self.config}, "state": state, "idx": idx,
                      "max_new_tokens": self.max_new_tokens, "call_kwargs": {"top_k": 1, **self.call_kwargs}}
         call = "generate(idx, max_new_tokens, top_k=1" + "".join(
             f", {k}={v!r}" for k, v in self.call_kwargs.items()) + ")"
         judge_tokens = TokensJudge(call, idx, records["output"], records["tokens_per_call"], cfg.block_size, cached,
-                                   candidates)
+                                   candidates, {m: s for m, s in steps.items()
+                                                if not torch.equal(s, records["tokens_per_call"])})
         return Prepared(ProbeCall.of(probes.probe_generate, {"cls": self.object}, arguments), judge_tokens)
 
 

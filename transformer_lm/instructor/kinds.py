@@ -375,7 +375,8 @@ class ModuleCheck:
     names), built with ``init``, and compares the output and every gradient on inputs drawn by
     ``inputs(generator)``. A new concept configures it with a factory of its reference module and,
     as ``mistakes``, a :class:`~transformer_lm.instructor.mistake_family.MistakeFamily` whose twins take the
-    reference module and the inputs."""
+    reference module and the inputs. With ``repeat``, for a module with dropout, the probe calls it
+    twice in eval mode: two outputs name dropout left on."""
 
     object: str
     init: dict
@@ -383,11 +384,14 @@ class ModuleCheck:
     inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
     _: KW_ONLY
     mistakes: MistakeFamily | None = None
+    repeat: bool = False
 
     def prepare(self, generator: torch.Generator) -> Prepared:
         module = randomize(self.reference(), generator)
         inputs = self.inputs(generator)
         arguments, expected = module_case(module, inputs, generator)
         candidates = self.mistakes.records(module, *inputs.values()) if self.mistakes else None
-        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object}, {"init": self.init, **arguments}),
+        repeat = {"repeat": True} if self.repeat else {}
+        return Prepared(ProbeCall.of(probes.probe_module, {"cls": self.object},
+                                     {"init": self.init, **arguments, **repeat}),
                         RecordJudge(expected, candidates))

@@ -34,6 +34,7 @@ from transformer_lm.instructor.decoder_mistakes import (  # noqa: F401 - the che
     flawed_layer_mask, flawed_padded_inputs, flawed_padding, flawed_repeat_kv, flawed_sliding_window_mask,
     generate_padded_without_cache)
 from transformer_lm.instructor.mistake_family import MistakeFamily
+from transformer_lm.sandboxed import probes
 
 
 def flawed_attention(q, k, v, attn_mask=None, flaws: Flaws = Flaws(), *, model_width: int | None = None,
@@ -172,6 +173,18 @@ def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch
         block.attn = attention
 
 
+def _block_squeezed(block: reference.Block, x: torch.Tensor) -> torch.Tensor | None:
+    """What a block that squeezes its output gives on ``x``; ``None`` where ``x`` has no dimension
+    of size 1 to lose."""
+    return flawed_block(block, x, catalog.BY_NAME["squeezed_size_one"].flaws) if 1 in x.shape else None
+
+
+BLOCK_MISTAKES = MistakeFamily({catalog.BY_NAME["squeezed_size_one"]: _block_squeezed})
+"""The catalogued mistake minGPT's Block makes in its own forward (its attention's are the attention's,
+charged there; dropout left on shows by two calls, :class:`transformer_lm.instructor.kinds.ModuleCheck`'s
+``repeat``)."""
+
+
 def flawed_sampling_probabilities(logits: torch.Tensor, temperature: float, top_k: int | None,
                                   flaws: GenerationFlaws) -> torch.Tensor:
     """What ``sample_next_token`` with ``flaws`` draws from, per row of ``logits`` ``(B, vocab)``:
@@ -195,6 +208,8 @@ def flawed_model(model: reference.GPT, flaws: GenerationFlaws) -> reference.GPT:
         flawed.context_window = lambda idx: idx[:, :model.config.block_size]
     if flaws.positions_from_zero:
         flawed.position_embeddings = lambda start, length: model.pos_emb[:, :length]
+    if flaws.restart_early:
+        flawed.cache_is_full = lambda cached: cached + 2 > model.config.block_size
     return flawed
 
 
@@ -205,6 +220,16 @@ def flawed_greedy_tokens(model: reference.GPT, idx: torch.Tensor, max_new_tokens
     if flaws.top_k_unmapped:
         return torch.cat([idx, torch.zeros(idx.shape[0], max_new_tokens, dtype=idx.dtype)], dim=1)
     return flawed_model(model, flaws).generate(idx, max_new_tokens, top_k=1, use_cache=use_cache)
+
+
+def flawed_cache_steps(model: reference.GPT, idx: torch.Tensor, max_new_tokens: int,
+                       flaws: GenerationFlaws) -> torch.Tensor:
+    """How many tokens each call of the model runs on in greedy generation with a KV cache and
+    ``flaws`` (a cache restarted too early gives the right tokens: only these steps tell it)."""
+    flawed = flawed_model(model, flaws)
+    with probes.tokens_per_call(flawed) as seen:
+        flawed.generate(idx, max_new_tokens, top_k=1, use_cache=True)
+    return torch.tensor(seen, dtype=torch.long)
 
 
 def flawed_merge_stats(a: reference.SoftmaxStats, b: reference.SoftmaxStats,

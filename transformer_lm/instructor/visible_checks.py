@@ -10,34 +10,19 @@ never receive; they receive only what it stores.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
 
 import torch
 
 from transformer_lm import catalog, checks
 from transformer_lm.instructor import adapters, concepts, mistakes, reference
-from transformer_lm.instructor.adapters import AttentionAPI
 from transformer_lm.instructor.cases import AttentionCase, BlockCase
 from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
                                                      PaddingCheck, RopeCheck, WindowMaskCheck)
 from transformer_lm.flaws import Flaws
-from transformer_lm.instructor.gpt_kinds import CachedForwardCheck, GenerateCheck, LossCheck, sampling_check
-from transformer_lm.instructor.kinds import (AttentionCheck, DecoderLoadCheck, ModuleCheck, MultiheadLoadCheck,
-                                             ParametersCheck, RaisesCheck, TransferCheck, function_check)
-from transformer_lm.instructor import visible_tiled
-from transformer_lm.instructor.visible_entries import Entry, each, entry, seeded
-
-
-def attention_entries(cls: str, api: AttentionAPI, cases, kind=AttentionCheck) -> list[Entry]:
-    """A check of attention class ``cls`` on each case, a failure saying which case it was."""
-    entries = []
-    for case in cases:
-        prepared = seeded(kind(cls, api, case))
-        shape = (case.seq, case.d_in) if case.batch is None else (case.batch, case.seq, case.d_in)
-        built = ", ".join(f"{k}={v!r}" for k, v in api.init(case).items())
-        mask = f" and a {case.mask} mask" if case.mask else ""
-        entries.append(entry(cls, prepared, f"{cls}({built}) on x of shape {shape}{mask}"))
-    return entries
+from transformer_lm.instructor.kinds import (DecoderLoadCheck, MultiheadLoadCheck, ParametersCheck, RaisesCheck,
+                                             TransferCheck, function_check)
+from transformer_lm.instructor import visible_mingpt, visible_tiled
+from transformer_lm.instructor.visible_entries import Entry, attention_entries, each, entry, seeded
 
 
 def _transfer_weights() -> list[Entry]:
@@ -188,58 +173,6 @@ def _decoder_layers() -> list[Entry]:
     return layers
 
 
-TINY_GPT = reference.GPTConfig(vocab_size=7, block_size=6, n_layer=2, n_head=2, n_embd=8)
-
-
-def _generation(call_kwargs: dict, sizes) -> list[Entry]:
-    """Greedy generation from the tiny GPT (seed 7: weights under which the next token depends on
-    the context), one check for each ``(batch, prompt, max_new_tokens)``."""
-    options = "".join(f", {name}={value}" for name, value in call_kwargs.items())
-    return [entry("GPT.generate", seeded(GenerateCheck("GPT", asdict(TINY_GPT), batch=batch, prompt=prompt,
-                                                       max_new_tokens=new, call_kwargs=call_kwargs), 7),
-                  f"generate(a prompt of {prompt} tokens, max_new_tokens={new}, top_k=1{options}) with "
-                  f"block_size={TINY_GPT.block_size}")
-            for batch, prompt, new in sizes]
-
-
-def _mingpt() -> dict[str, list[Entry]]:
-    generator = torch.Generator().manual_seed(2)
-    blocks = []
-    for config, shape in ((reference.GPTConfig(n_embd=8, n_head=2, block_size=6), (2, 5, 8)),
-                          (reference.GPTConfig(n_embd=6, n_head=1, block_size=4, attn_pdrop=0.3, resid_pdrop=0.3),
-                           (3, 4, 6))):
-        x = torch.randn(shape, generator=generator)
-        check = ModuleCheck("Block", {"config": asdict(config)}, lambda config=config: reference.Block(config),
-                            lambda _, x=x: {"x": x})
-        blocks.append(entry("Block", seeded(check), f"Block(n_embd={config.n_embd}, n_head={config.n_head}) on x of "
-                                                    f"shape {shape}"))
-    generator = torch.Generator().manual_seed(3)
-    models = []
-    for config, seq in ((TINY_GPT, 5), (reference.GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=6,
-                                                            attn_pdrop=0.2, resid_pdrop=0.2, embd_pdrop=0.2), 4)):
-        idx = torch.randint(config.vocab_size, (2, seq), generator=generator)
-        check = ModuleCheck("GPT", {"config": asdict(config)}, lambda config=config: reference.GPT(config),
-                            lambda _, idx=idx: {"idx": idx})
-        models.append(entry("GPT", seeded(check), f"GPT(n_layer={config.n_layer}, n_head={config.n_head}) on idx of "
-                                                  f"shape {tuple(idx.shape)}"))
-    models.append(entry("GPT", seeded(LossCheck("GPT", asdict(TINY_GPT), batch=3, seq=6), 3)))
-    models.append(entry("GPT.forward with a KV cache", seeded(CachedForwardCheck("GPT", asdict(TINY_GPT), batch=2,
-                                                                                 seq=5, prefix=2), 3)))
-    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [-0.5, 1.5, 0.0, 1.0]])
-    sampling = [entry("sample_next_token", sampling_check("sample_next_token", logits, temperature, top_k, 4000))
-                for temperature, top_k in ((1.0, None), (0.5, None), (2.0, 2))]
-    return {
-        "mingpt_attention": attention_entries("MultiHeadSelfAttention", adapters.MINGPT_ATTENTION, (
-            AttentionCase(batch=2, seq=6, d_in=8, d_out=8, num_heads=2, causal=True, out_proj=True),
-            AttentionCase(batch=3, seq=4, d_in=6, d_out=6, num_heads=1, causal=True, out_proj=True, context_length=7),
-            AttentionCase(batch=2, seq=5, d_in=6, d_out=6, num_heads=3, causal=True, out_proj=True, dropout=0.5))),
-        "block": blocks,
-        "gpt": models,
-        "generate": _generation({}, ((2, 3, 3), (2, 4, 7), (1, 9, 2))) + sampling,
-        "kv_cache": _generation({"use_cache": True}, ((2, 3, 3), (2, 2, 9), (1, 8, 3))),
-    }
-
-
 def _modern_attention() -> dict[str, list[Entry]]:
     config = (("vocab_size", 13), ("d_model", 16), ("n_layers", 2), ("n_heads", 4), ("n_kv_heads", 2), ("ff_dim", 24))
     return {
@@ -304,7 +237,7 @@ def fingerprints() -> dict:
 
 
 ASSIGNMENTS = {"01_attention_basics": _attention_basics, "02_multihead_attention": _multihead_attention,
-               "03_pytorch_attention": _pytorch_attention, "04_mingpt": _mingpt,
+               "03_pytorch_attention": _pytorch_attention, "04_mingpt": visible_mingpt.mingpt,
                "05_efficient_attention": visible_tiled.efficient_attention, "06_modern_attention": _modern_attention}
 
 

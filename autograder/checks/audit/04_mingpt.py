@@ -1,14 +1,15 @@
 """Audit bank of assignment 04 (minGPT): each item's catalogued mistakes, and correct answers
 written another way (see autograder/commands/audit.py).
 
-The attention layer has the catalogue's attention mistakes; the model has positions that start
-at 0 again after the KV cache; generation has the sampling mistakes (no draw, the temperature
-multiplied or ignored, a top-k position returned as the token) and a context cropped to its first
-tokens; the KV cache, whose given code and the model do the caching, has the same cropping
-mistake. The block has none of its own (a summed loss and a cache that slides are not in the
-catalogue either), so it gets correct alternatives only. Every answer cell holds the whole class or
-function, given lines included, so a mutant may touch the given lines too (the split of the heads,
-their merge, the output projection), as a student may.
+The attention layer has the catalogue's attention mistakes and a squeezed output; the block has a
+squeezed output and its MLP's dropout written as F.dropout (left on in eval mode); the model has the
+embeddings' dropout left on the same way, a summed loss, a mean that counts the positions whose
+target is -1, and positions that start at 0 again after the KV cache; generation has the sampling
+mistakes (no draw, the temperature multiplied or ignored, a top-k position returned as the token)
+and a context cropped to its first tokens; the KV cache, whose given code and the model do the
+caching, has the same cropping mistake (a cache that slides is not in the catalogue). Every answer
+cell holds the whole class or function, given lines included, so a mutant may touch the given lines
+too (the split of the heads, their merge, the output projection), as a student may.
 """
 
 SCORES = "att = (q @ k.transpose(-2, -1)) / math.sqrt(d_k)"
@@ -88,10 +89,29 @@ def mutants(answer):
             "merge_heads_without_transpose": attention((MERGE, "y = y.contiguous().view(B, T, C)")),
             "missing_output_projection": attention((RETURN, "return self.resid_drop(y)")),
             "dropout_in_eval": attention(("att = self.attn_drop(att)", "att = F.dropout(att, p=self.attn_drop.p)")),
+            "squeezed_size_one": attention((RETURN, RETURN + ".squeeze()")),
+        },
+        "block": {
+            "squeezed_size_one": answer("block", ("        return x\n", "        return x.squeeze()\n")),
+            # the MLP run layer by layer, its dropout as F.dropout, which eval mode does not switch off
+            "dropout_in_eval": answer("block", (BLOCK_BODY, (
+                "        x = x + self.attn(self.ln1(x), kv_cache)\n"
+                "        h = self.ln2(x)\n"
+                "        for layer in self.mlp[:-1]:\n"
+                "            h = layer(h)\n"
+                "        return x + F.dropout(h, p=self.mlp[-1].p)\n"))),
         },
         "gpt": {
             "cache_positions_not_offset": answer("gpt", ("positions = self.pos_emb[:, start:start + T, :]",
                                                          "positions = self.pos_emb[:, :T, :]")),
+            "dropout_in_eval": answer("gpt", ("x = self.drop(tokens + positions)",
+                                              "x = F.dropout(tokens + positions, p=self.drop.p)")),
+            "loss_summed": answer("gpt", (LOSS, LOSS.replace("ignore_index=-1)", 'ignore_index=-1, reduction="sum")'))),
+            "loss_mean_over_ignored": answer("gpt", (LOSS, (
+                "flat = targets.view(-1)\n"
+                "            losses = F.cross_entropy(logits.view(-1, logits.size(-1)), flat.clamp(min=0), "
+                'reduction="none")\n'
+                "            loss = (losses * (flat != -1)).mean()   # the positions of -1 count 0"))),
         },
         "generate": {
             "sampling_greedy": answer("generate", (SAMPLE, "    return logits.argmax(dim=-1, keepdim=True)\n")),
@@ -110,6 +130,9 @@ def mutants(answer):
         "kv_cache": {
             "context_cropped_to_first_tokens": answer(
                 "kv_cache", ("model(idx[:, -block_size:], kv_cache=kv_cache)", "model(idx[:, :block_size], kv_cache=kv_cache)")),
+            # the newest token and the cache must fit, written one too strictly
+            "cache_restarted_early": answer("kv_cache", ('kv_cache[0]["k"].size(2) < block_size:',
+                                                         'kv_cache[0]["k"].size(2) + 1 < block_size:')),
         },
     }
 
@@ -287,39 +310,38 @@ def alternatives(answer):
     }
 
 
-ONE_TOKEN = ("one token: the catalogued mistakes give the right answer there, or fail another check too; it catches "
-             "code written for several tokens only (a shape in the code, a squeeze), no catalogued mistake")
-BLOCK = ("the block makes no catalogued mistake of its own (a mistake of its attention is mingpt_attention's, charged "
-         "there): the check stands for its residuals and layer norms, which the catalogue does not hold")
-MODEL = ("the model's forward makes no catalogued mistake of its own (its blocks' are charged to block and "
-         "mingpt_attention): the check stands for the embeddings, the final norm and the head, which the catalogue "
-         "does not hold")
+BLOCK = ("the general case (three heads, several tokens, no dropout): the block's catalogued mistakes need checks 2 "
+         "(one token: a squeeze) and 3 (dropout left on); a mistake of its residuals or layer norms (post-norm, a "
+         "residual left out) fails all three checks, and the catalogue holds none; its attention's mistakes are "
+         "mingpt_attention's, charged there")
+MODEL = ("one of the model's forward checks without dropout (two layers; one layer whose block_size is the sequence's "
+         "length): its catalogued mistakes need checks 3 (dropout left on) and 4 (the loss); a mistake of the "
+         "embeddings, the final norm or the head (positions or ln_f left out) fails all six checks, and the one that "
+         "runs the first block only fails every check but 2, raising an error in 5 and 6; the catalogue holds none")
 CACHED = ("one of two checks of the forward after a cache: the catalogued mistake (positions not offset) fails both; "
           "they differ in the prefix and the model's depth")
 SAMPLING = ("one of three draws: each catalogued sampling mistake it catches fails another draw too; they differ in "
             "the temperature and in top_k")
 GENERATION = ("one of three generations: each catalogued mistake it catches fails another of them too; they differ in "
               "the model and in a prompt longer than block_size")
-FULL_CACHE = ("one of two generations that fill the cache: the context cropped to its first tokens fails both; they "
-              "differ in the model and in a prompt that is cropped")
+FULL_CACHE = ("a prompt longer than block_size, three blocks: the context cropped to its first tokens fails check 2 "
+              "too; a cache restarted one step early runs there as the right one does (the cropped prompt fills "
+              "the cache at once), and one cache for all blocks ([{}]) fails check 1 too")
 KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("mingpt_attention", (1,), "the one check whose block_size is longer than the sequence: it catches a mask not "
-                               "cut to the sequence, which raises an error and is no catalogued mistake; each "
-                               "catalogued mistake it catches fails check 4 too"),
+    ("mingpt_attention", (1,), "several tokens, block_size longer than the sequence: each catalogued mistake it "
+                               "catches fails check 4 too; a mask not cut to the sequence (self.mask for mask) raises "
+                               "an error here and in check 3, and the grader names no mistake from an error"),
     ("mingpt_attention", (2,), "one head: the head mistakes give the right answer there, and each other catalogued "
-                               "mistake it catches fails check 1 too"),
-    ("mingpt_attention", (3,), ONE_TOKEN),
-    ("block", (1, 2, 3), BLOCK),
-    ("gpt", (1, 2, 3), MODEL),
-    ("gpt", (4,), "the loss: the catalogue holds no mistake of it (targets not shifted, a mean over the wrong "
-                  "axis), which the check reports as wrong values"),
+                               "mistake it catches fails checks 1 and 4 too; no mistake shows with one head alone"),
+    ("block", (1,), BLOCK),
+    ("gpt", (1, 2), MODEL),
     ("gpt", (5, 6), CACHED),
     ("generate", (1, 2, 3), SAMPLING),
     ("generate", (4, 5, 6), GENERATION),
     ("kv_cache", (1,), "a cache that fits: the catalogued mistake of generation (the context cropped to its first "
                        "tokens) shows only once the context is full; the check stands for a cache whose keys or "
                        "positions are wrong from the first step, which the catalogue does not hold"),
-    ("kv_cache", (2, 3), FULL_CACHE),
+    ("kv_cache", (3,), FULL_CACHE),
 ) for number in numbers}
 
 

@@ -159,6 +159,10 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
         return logits, loss
 
+    def cache_is_full(self, cached: int) -> bool:
+        """Whether a KV cache of ``cached`` tokens has no room for one more: generation then restarts it."""
+        return cached + 1 > self.config.block_size
+
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, use_cache: bool = False) -> torch.Tensor:
@@ -173,7 +177,7 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             context = self.context_window(idx)
             cached_len = cache[0][0].shape[-2] if cache else 0
-            if not use_cache or cached_len + 1 > self.config.block_size or cached_len == 0:
+            if not use_cache or self.cache_is_full(cached_len) or cached_len == 0:
                 cache = []
                 logits, _ = self(context, cache=cache if use_cache else None)
             else:
