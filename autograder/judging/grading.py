@@ -131,8 +131,8 @@ def _with_reference(assignment: Assignment, found: runner.RunResult, worker: run
             if outcome.record and assignment.prepared[pid].clocked is not None}
     if not base:
         return
-    figures = assignment.course_figures.of(worker, {pid: assignment.prepared[pid] for pid in set(base.values())},
-                                           assignment.reference_code, limits, runner.MOUNTS["out"])
+    figures = worker.course_figures.of(worker, {pid: assignment.prepared[pid] for pid in set(base.values())},
+                                       assignment.reference_code, limits, runner.MOUNTS["out"])
     for pid, original in base.items():
         found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
 
@@ -200,11 +200,11 @@ def grade_class(course: Course, assignment: Assignment, students: list[str], iso
     """Grades many submissions side by side (``course.settings.workers``), each worker with a warm
     sandbox of its own; results come back in student order."""
     count = max(1, min(course.settings.workers, len(students)))
-    limits = run_settings(course.settings)
+    limits, figures = run_settings(course.settings), clocked.CourseFigures()
     with contextlib.ExitStack() as stack:
         idle = queue.SimpleQueue()
         for _ in range(count):
-            idle.put(stack.enter_context(runner.Worker(limits, isolation)))
+            idle.put(stack.enter_context(runner.Worker(limits, isolation, figures)))
 
         def one(student):
             worker = idle.get()

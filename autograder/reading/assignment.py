@@ -14,7 +14,6 @@ from autograder.reading.course import Course, checks_version, generator_for, loa
 from autograder.reading.errors import GradingError
 from autograder.reading.notebook_data import read_notebook
 from autograder.reading.spec import Item
-from autograder.running.clocked import CourseFigures
 from transformer_lm.instructor import reference
 from transformer_lm.prepared import Prepared
 
@@ -42,7 +41,6 @@ class Assignment:
     course_code: dict[str, dict] = field(default_factory=dict)  # grade_id -> its late run's course code (CourseCode)
     texts: dict[str, str] = field(default_factory=dict)  # the checks file's own TEXTS (its judges' templates)
     reference_code: dict = field(default_factory=dict)  # the course's code that makes the timed checks' calls
-    course_figures: CourseFigures = field(default_factory=CourseFigures, compare=False, repr=False)  # its figures
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:

@@ -117,8 +117,10 @@ class Worker:
     it clean up between runs).
     """
 
-    def __init__(self, settings: RunSettings, isolation: sandbox.Isolation):
+    def __init__(self, settings: RunSettings, isolation: sandbox.Isolation,
+                 course_figures: clocked.CourseFigures | None = None):
         self.settings, self.isolation = settings, isolation
+        self.course_figures = course_figures or clocked.CourseFigures()   # shared by a class's workers
         self.root = Path(tempfile.mkdtemp(prefix="grader-"))
         self.root.chmod(0o755)  # the sandbox runs as nobody: what it reads must be readable by others
         self.library = sandbox_library(self.root / "lib")
