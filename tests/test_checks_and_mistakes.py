@@ -320,6 +320,9 @@ def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_wha
     hidden, steps = torch.randn(2, 6, 16, dtype=torch.float64), torch.arange(2, 8)
     torch.testing.assert_close(mistakes.flawed_grouped_query_attention(gqa, hidden, steps, None, none), gqa(hidden, steps)[0])
     torch.testing.assert_close(mistakes.flawed_cached_outputs(gqa, hidden, steps, 3, none), gqa(hidden, steps)[0])
+    sizes = {"n_layers": 3, "n_kv_heads": 2, "head_dim": 8, "seq_len": 10, "batch": 2}
+    assert mistakes.flawed_kv_cache_bytes(sizes, torch.float16, none) == reference.kv_cache_bytes(**sizes,
+                                                                                                  dtype=torch.float16)
     for mistake in catalog.DECODER:
         flaws = mistake.flaws
         if mistake.shows_with & {"rope", "gqa"} and mistake.name != "kv_heads_repeated_not_interleaved":
@@ -337,3 +340,6 @@ def test_decoder_twins_without_flaws_are_the_reference_and_each_flaw_changes_wha
         if "padding" in mistake.shows_with:
             got = mistakes.flawed_padding(attention_mask, None, flaws)
             assert not (torch.equal(got[0], positions_ok) and torch.equal(got[1], mask_ok)), mistake.name
+        if "bytes" in mistake.shows_with:
+            assert mistakes.flawed_kv_cache_bytes(sizes, torch.float16, flaws) != reference.kv_cache_bytes(
+                **sizes, dtype=torch.float16), mistake.name

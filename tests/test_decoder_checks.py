@@ -78,12 +78,22 @@ def test_a_window_off_by_one_either_way_is_named(step):
         visible("sliding_window_mask", "sliding_window_mask")(sliding_window_mask)
 
 
-def test_a_cache_size_without_the_values_is_told_to_count_them():
+def test_a_cache_size_without_the_values_is_told_to_count_them_and_named():
     def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch.bfloat16):
         return n_layers * n_kv_heads * head_dim * seq_len * batch * torch.empty((), dtype=dtype).element_size()
 
-    with pytest.raises(CheckFailed, match="only the keys or only the values are counted"):
+    with pytest.raises(CheckFailed, match="only the keys or only the values are counted") as failed:
         visible("kv_cache_bytes", "kv_cache_bytes")(kv_cache_bytes)
+    assert catalog.BY_NAME["cache_keys_only"].title in str(failed.value)
+
+
+def test_a_cache_size_off_some_other_way_names_no_mistake():
+    def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, dtype=torch.bfloat16):
+        return 8 * reference.kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch, dtype)
+
+    with pytest.raises(CheckFailed, match="bits, not bytes") as failed:
+        visible("kv_cache_bytes", "kv_cache_bytes")(kv_cache_bytes)
+    assert catalog.BY_NAME["cache_keys_only"].title not in str(failed.value)
 
 
 def padded_positions(attention_mask):

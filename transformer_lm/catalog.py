@@ -41,8 +41,8 @@ def decoder_mistakes(shows_with: str) -> list[Mistake]:
     """The catalogued mistakes of today's decoders that show in ``"rope"``, ``"gqa"``,
     ``"padded_gqa"`` (a layer given a left-padded batch's mask), ``"window"``, ``"cached_causal"`` and
     ``"cached_window"`` (a layer given a cache and no mask, without and with a window), ``"padding"``,
-    ``"cache"`` (the positions of generation with a KV cache) or ``"generation"`` (how it calls the
-    model)."""
+    ``"cache"`` (the positions of generation with a KV cache), ``"generation"`` (how it calls the
+    model) or ``"bytes"`` (the size of a KV cache)."""
     return [mistake for mistake in DECODER if shows_with in mistake.shows_with]
 
 

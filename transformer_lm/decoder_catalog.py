@@ -87,4 +87,11 @@ DECODER: tuple[Mistake, ...] = (
         "new token per call with its caches, and refuses any other call.",
         DecoderFlaws(reruns_sequence=True), frozenset({"generation"}),
     ),
+    Mistake(
+        "cache_keys_only", "the KV cache's size counts the keys or the values, not both",
+        "A KV cache holds two vectors for each layer, key/value head, token and sequence: a key and a value, of "
+        "head_dim numbers each. Its size is 2 * n_layers * n_kv_heads * head_dim * seq_len * batch numbers, times "
+        "the bytes of one number; without the 2 it is half that.",
+        DecoderFlaws(cache_keys_only=True), frozenset({"bytes"}),
+    ),
 )

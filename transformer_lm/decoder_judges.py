@@ -96,12 +96,16 @@ class BytesJudge:
     """A size in bytes (``call``) is ``expected``, for numbers of ``dtype`` that take
     ``element_size`` bytes each. A wrong size is explained by what it is a multiple of: half of it
     counts only the keys or the values, or takes each number at half its size (the two cannot be
-    told apart from one size, so both are said); other multiples come from the size of a number."""
+    told apart from one size, so both are said); other multiples come from the size of a number. A
+    size that is ``wrong`` names ``mistake``, the catalogued one that gives it (the keys counted
+    without the values: the mistake students make; half a number's bytes is rare)."""
 
     call: str
     expected: int
     dtype: str = "bfloat16"
     element_size: int = 2
+    wrong: int | None = None
+    mistake: catalog.Mistake | None = None
 
     def __call__(self, record, value, values: bool) -> Verdict:
         if isinstance(value, (int, float)) and value == self.expected:
@@ -109,7 +113,9 @@ class BytesJudge:
         shown = render(TEXTS["bytes_expected"], expected=self.expected) if values else TEXTS["not_that_size"]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         got = repr(value) if number or values else TEXTS["not_a_number"]  # a run's text is never quoted
-        return Verdict("failed", render(TEXTS["bytes_wrong"], call=self.call, got=got) + shown + "." + self._why(value))
+        mistake = self.mistake if number and value == self.wrong else None
+        return Verdict("failed", render(TEXTS["bytes_wrong"], call=self.call, got=got) + shown + "." + self._why(value),
+                       mistake)
 
     def _why(self, value) -> str:
         if not isinstance(value, (int, float)) or not value:

@@ -82,3 +82,4 @@ class DecoderFlaws:
     causal_from_first_query: bool = False  # with a cache and no mask, the causal mask of the first T queries
     window_from_first_query: bool = False  # with a cache and no mask, the window of the first T queries
     reruns_sequence: bool = False  # generation runs the whole padded batch again at each step, no cache
+    cache_keys_only: bool = False  # a KV cache's size counts the keys or the values, not both

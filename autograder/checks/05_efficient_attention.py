@@ -21,9 +21,19 @@ the student's own call at T=96 (:mod:`transformer_lm.instructor.tiled_kinds`) on
 fails, it names the line's mistake (a tensor of T x T numbers, a reduction over a whole row, a
 block too many, what the forward keeps for the backward). Inputs come from the course's secret
 seed.
+
+A case wrapped in ``Also`` is one more case of the check before it (the same purpose on other
+inputs), so that each item's checks are what some catalogued mistake fails alone (the audit
+holds this): the merge of two parts' statistics, which two empty parts merged into NaN fail
+alone; the online softmax's values and statistics, the streamed rows under the cap among them,
+which one maximum for all rows or a reduction over a whole row fails alone; the tiled values
+on every shape, forward and backward (one maximum for all rows fails only the rows hundreds apart,
+a tile's mask off by one only the causal shapes); the capped calls of each mode and length, which
+the whole score matrix built in any one mode fails. The sizes, modes, repeats and limits of the
+capped and timed checks are calibrated: grouping changes none of them.
 """
 
-from autograder.reading.spec import Explains, Item
+from autograder.reading.spec import Also, Explains, Item
 from transformer_lm.forbidding import LIBRARY_ATTENTION, SOFTMAX
 from transformer_lm.instructor.capped_kinds import MEMORY_CAP, capped_checks
 from transformer_lm.instructor.tiled_kinds import (CausalWorkCheck, FlashForwardCheck, FlashFunctionCheck, MergeStatsCheck,
@@ -50,23 +60,35 @@ CAUSAL_MEMORY = TileCase(batch=1, heads=3, seq_q=96, seq_k=96, dim=8, dim_v=8, b
 # square tiles, seven query blocks
 SKIPPING = TileCase(batch=2, heads=1, seq_q=112, seq_k=112, dim=8, dim_v=8, block_q=16, block_k=16, causal=True)
 
+
+def one_check(cases):
+    """``cases`` as one check, each after the first wrapped in ``Also``: they serve one purpose on
+    other inputs, so the audit asks a catalogued mistake to need them together, not each case."""
+    return (cases[0], *map(Also, cases[1:]))
+
+
+def cases_of(kind, name, tile_cases):
+    """One check of ``name``'s values, a ``kind`` check on each of ``tile_cases`` (each shape is a
+    case of it: the values' purpose does not change with the shape)."""
+    return one_check([kind(name, case) for case in tile_cases])
+
+
 ITEMS = [
     Item("online_softmax", points=2, checks=(
         MergeStatsCheck("merge_stats", rows=7),
         # first: a shared maximum shows in the values
         OnlineSoftmaxCheck("online_softmax", rows=4, n=17, block=5, spread=True),
-        OnlineSoftmaxCheck("online_softmax", rows=5, n=43, block=6),
-        OnlineSoftmaxCheck("online_softmax", rows=2, n=9, block=16),                 # one block holds the whole row
-        StreamStatsCheck("softmax_stats", rows=5, width=6, blocks=11, last=2, spread=True),
+        Also(OnlineSoftmaxCheck("online_softmax", rows=5, n=43, block=6)),
+        Also(OnlineSoftmaxCheck("online_softmax", rows=2, n=9, block=16)),           # one block holds the whole row
+        Also(StreamStatsCheck("softmax_stats", rows=5, width=6, blocks=11, last=2, spread=True)),
         # 100 MiB of scores in 1 MiB blocks, made on demand: only a pass that lets each block go fits
-        StreamStatsCheck("softmax_stats", memory_cap=MEMORY_CAP, **STREAMED),
+        Also(StreamStatsCheck("softmax_stats", memory_cap=MEMORY_CAP, **STREAMED)),
         Explains(StreamStatsCheck("softmax_stats", rows=3, width=8, blocks=24, last=5, judges="memory")),
     ), forbids=SOFTMAX, defines=("merge_stats", "softmax_stats", "online_softmax")),
-    Item("flash_forward", points=2, checks=tuple(FlashForwardCheck("flash_forward", case) for case in (*VALUES,
-                                                                                                       SPREAD)),
+    Item("flash_forward", points=2, checks=cases_of(FlashForwardCheck, "flash_forward", (*VALUES, SPREAD)),
          forbids=TILED, defines=("flash_forward",), builds_on=("online_softmax",)),
     Item("flash_memory", points=1, checks=(
-        *capped_checks("flash_forward"),
+        *one_check(capped_checks("flash_forward")),
         Explains(FlashForwardCheck("flash_forward", MEMORY, "memory")),
         Explains(FlashForwardCheck("flash_forward", CAUSAL_MEMORY, "memory")),
     ), forbids=TILED, answer="flash_forward"),
@@ -75,10 +97,10 @@ ITEMS = [
         Explains(CausalWorkCheck("flash_forward", CAUSAL_MEMORY)),
         Explains(CausalWorkCheck("flash_forward", SKIPPING)),
     ), forbids=TILED, answer="flash_forward"),
-    Item("flash_backward", points=3, checks=tuple(FlashFunctionCheck("FlashAttention", case) for case in VALUES[:3]),
+    Item("flash_backward", points=3, checks=cases_of(FlashFunctionCheck, "FlashAttention", VALUES[:3]),
          forbids=TILED, builds_on=("flash_forward",)),
     Item("backward_memory", points=1, checks=(
-        *capped_checks("FlashAttention", backward=True),
+        *one_check(capped_checks("FlashAttention", backward=True)),
         SkipTimeCheck("flash_backward", TIMED_BACKWARD, backward=True),
         Explains(FlashFunctionCheck("FlashAttention", CAUSAL_MEMORY, "memory")),
         Explains(FlashFunctionCheck("FlashAttention", MEMORY, "memory")),

@@ -10,6 +10,15 @@ greedy generation with a KV cache, which must give each prompt the tokens it get
 weights redrawn until every catalogued mistake changes them); the size of a KV cache in three
 dtypes. Inputs and weights come from the course's secret seed.
 
+A case wrapped in ``Also`` is one more case of the check before it (the same purpose on other
+inputs), so that each item's checks are what some catalogued mistake fails alone (the audit
+holds this): the rotation at every start, base and row of positions; the window mask in every
+shape; the layer's values without padding (head groupings, a window, one token, a cache), which a
+cache's causal mask made for its first queries fails alone, and on left-padded batches, where
+pad queries see no key, which empty rows left NaN fail alone; the padded batch's positions and
+mask, which positions counted from the padding fail alone, and its greedy generation; the cache's
+size in three dtypes, which a count of the keys without the values fails.
+
 Every path of the API is called. ``GroupedQueryAttention.forward(x, positions, attn_mask=None,
 cache=None)`` runs on each of its four branches: no cache and no mask, no cache and the mask of a
 left-padded batch, a cache and no mask (the layer's own mask must be for the last T of the T_k
@@ -46,7 +55,7 @@ is measured (the model is far too small for CPU time to say). A generation that 
 also runs the sequence again on a copy of the model, throwing that result away, keeps its points.
 """
 
-from autograder.reading.spec import Item
+from autograder.reading.spec import Also, Item
 from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
                                                      PaddingCheck, RopeCheck, WindowMaskCheck)
 from transformer_lm.forbidding import LIBRARY_ATTENTION
@@ -58,58 +67,60 @@ MULTI_QUERY = (("vocab_size", 9), ("d_model", 16), ("n_layers", 1), ("n_heads", 
 ITEMS = [
     Item("apply_rope", points=2, checks=(
         RopeCheck("apply_rope", batch=2, heads=3, seq=7, head_dim=8),
-        RopeCheck("apply_rope", batch=1, heads=2, seq=5, head_dim=16, start=11, base=500000.0),
-        RopeCheck("apply_rope", batch=3, heads=2, seq=6, head_dim=8, start=4, per_sequence=True),
+        Also(RopeCheck("apply_rope", batch=1, heads=2, seq=5, head_dim=16, start=11, base=500000.0)),
+        Also(RopeCheck("apply_rope", batch=3, heads=2, seq=6, head_dim=8, start=4, per_sequence=True)),
         # one token, late: a step after the cache
-        RopeCheck("apply_rope", batch=2, heads=1, seq=1, head_dim=32, start=300),
+        Also(RopeCheck("apply_rope", batch=2, heads=1, seq=1, head_dim=32, start=300)),
     ), defines=("apply_rope",)),
     Item("sliding_window_mask", points=1, checks=(
         WindowMaskCheck("sliding_window_mask", query_len=7, key_len=7, window=2),
-        WindowMaskCheck("sliding_window_mask", query_len=7, key_len=7, window=7),
+        Also(WindowMaskCheck("sliding_window_mask", query_len=7, key_len=7, window=7)),
         # the last 3 queries of 9 keys
-        WindowMaskCheck("sliding_window_mask", query_len=3, key_len=9, window=4),
-        WindowMaskCheck("sliding_window_mask", query_len=1, key_len=5, window=2),
-        WindowMaskCheck("sliding_window_mask", query_len=4, key_len=4, window=1),
+        Also(WindowMaskCheck("sliding_window_mask", query_len=3, key_len=9, window=4)),
+        Also(WindowMaskCheck("sliding_window_mask", query_len=1, key_len=5, window=2)),
+        Also(WindowMaskCheck("sliding_window_mask", query_len=4, key_len=4, window=1)),
     ), defines=("sliding_window_mask",)),
     Item("grouped_query_attention", points=3, checks=(
         # multi-query
         GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=4, n_kv_heads=1, batch=2, seq=6, start=3),
         # 3 query heads per group
-        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=2, batch=2, seq=5),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=2, batch=2, seq=5)),
         # multi-head
-        GroupedQueryCheck("GroupedQueryAttention", d_model=12, n_heads=2, n_kv_heads=2, batch=1, seq=7, start=5,
-                          base=100.0),
-        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=9, window=4),
-        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=3, seq=1, start=8),
-        # pad queries see no key
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=12, n_heads=2, n_kv_heads=2, batch=1, seq=7, start=5,
+                               base=100.0)),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=9,
+                               window=4)),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=3, seq=1, start=8)),
+        # a cache and no mask: the causal mask of the last queries, then of a window
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=2, batch=2, seq=3, past=5,
+                               start=5)),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=1, batch=2, seq=1, past=7,
+                               start=7)),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=3, past=6,
+                               start=6, window=4)),
+        # pad queries see no key, without a cache and after one
         GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=3, batch=3, seq=6, padded=(6, 2,
                                                                                                                 4)),
-        # a cache and no mask: the causal mask of the last queries, then of a window
-        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=2, batch=2, seq=3, past=5,
-                          start=5),
-        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=1, batch=2, seq=1, past=7,
-                          start=7),
-        GroupedQueryCheck("GroupedQueryAttention", d_model=16, n_heads=4, n_kv_heads=2, batch=2, seq=3, past=6,
-                          start=6, window=4),
-        # a cache and a mask: a left-padded batch after its cache
-        GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=3, batch=3, seq=3, past=4,
-                          padded=(7, 2, 5)),
+        Also(GroupedQueryCheck("GroupedQueryAttention", d_model=24, n_heads=6, n_kv_heads=3, batch=3, seq=3, past=4,
+                               padded=(7, 2, 5))),
     ), forbids=LIBRARY_ATTENTION, defines=("GroupedQueryAttention",),
         builds_on=("apply_rope", "sliding_window_mask")),
     Item("padded_generation", points=3, checks=(
         PaddingCheck("padded_positions", "padded_attention_mask", lengths=(4, 1, 6)),
-        PaddingCheck("padded_positions", "padded_attention_mask", lengths=(5, 2, 3), query_len=1),
+        Also(PaddingCheck("padded_positions", "padded_attention_mask", lengths=(5, 2, 3), query_len=1)),
         PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", SMALL, lengths=(5, 2, 7), max_new_tokens=4),
-        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", MULTI_QUERY, lengths=(4, 1, 3, 6),
-                              max_new_tokens=5, pad_id=4),
+        Also(PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", MULTI_QUERY, lengths=(4, 1, 3, 6),
+                                   max_new_tokens=5, pad_id=4)),
         # prompts of one length: nothing padded
-        PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", SMALL, lengths=(3, 3), max_new_tokens=4),
+        Also(PaddedGenerationCheck("generate_padded", "GroupedQueryAttention", SMALL, lengths=(3, 3),
+                                   max_new_tokens=4)),
     ), builds_on=("grouped_query_attention",)),
     Item("kv_cache_bytes", points=1, checks=(
         CacheBytesCheck("kv_cache_bytes", n_layers=32, n_kv_heads=8, head_dim=128, seq_len=8192, batch=1,
                         dtype="bfloat16"),
-        CacheBytesCheck("kv_cache_bytes", n_layers=24, n_kv_heads=4, head_dim=64, seq_len=1000, batch=3,
-                        dtype="float16"),
-        CacheBytesCheck("kv_cache_bytes", n_layers=2, n_kv_heads=1, head_dim=16, seq_len=77, batch=5, dtype="float32"),
+        Also(CacheBytesCheck("kv_cache_bytes", n_layers=24, n_kv_heads=4, head_dim=64, seq_len=1000, batch=3,
+                             dtype="float16")),
+        Also(CacheBytesCheck("kv_cache_bytes", n_layers=2, n_kv_heads=1, head_dim=16, seq_len=77, batch=5,
+                             dtype="float32")),
     )),
 ]

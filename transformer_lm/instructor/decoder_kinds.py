@@ -186,11 +186,13 @@ class CacheBytesCheck:
                  "seq_len": self.seq_len, "batch": self.batch}
         dtype = getattr(torch, self.dtype)
         expected = reference.kv_cache_bytes(**sizes, dtype=dtype)
+        [keys_only] = catalog.decoder_mistakes("bytes")
         call = f"{self.object}({', '.join(f'{k}={v}' for k, v in sizes.items())}, dtype=torch.{self.dtype})"
 
         return Prepared(ProbeCall.of(probes.probe_call, {"fn": self.object},
                                      {"arguments": {**sizes, "dtype": f"torch.{self.dtype}"}}),
-                        BytesJudge(call, expected, self.dtype, torch.empty((), dtype=dtype).element_size()))
+                        BytesJudge(call, expected, self.dtype, torch.empty((), dtype=dtype).element_size(),
+                                   mistakes.flawed_kv_cache_bytes(sizes, dtype, keys_only.flaws), keys_only))
 
 
 def left_padded_batch(lengths: tuple[int, ...]) -> torch.Tensor:

@@ -37,6 +37,13 @@ def flawed_sliding_window_mask(query_len: int, key_len: int, window: int, flaws:
     return reference.sliding_window_mask(query_len, key_len, window=window + flaws.window_offset)
 
 
+def flawed_kv_cache_bytes(sizes: dict[str, int], dtype: torch.dtype, flaws: DecoderFlaws) -> int:
+    """:func:`transformer_lm.instructor.reference.kv_cache_bytes` of ``sizes`` as a student might count
+    it: the keys or the values only (``cache_keys_only``), half the cache."""
+    size = reference.kv_cache_bytes(**sizes, dtype=dtype)
+    return size // 2 if flaws.cache_keys_only else size
+
+
 def flawed_padding(attention_mask: torch.Tensor, query_len: int | None, flaws: DecoderFlaws):
     """The positions ``(B, T)`` and the mask ``(B, 1, query_len, T_k)`` of a left-padded batch as a
     student might make them."""

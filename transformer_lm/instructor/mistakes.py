@@ -31,8 +31,8 @@ from transformer_lm.instructor import reference
 from transformer_lm.flaws import Flaws, GenerationFlaws, TilingFlaws
 from transformer_lm.instructor.decoder_mistakes import (  # noqa: F401 - the checks read 06's twins here
     flawed_apply_rope, flawed_cached_outputs, flawed_generate_padded, flawed_grouped_query_attention,
-    flawed_layer_mask, flawed_padded_inputs, flawed_padding, flawed_repeat_kv, flawed_sliding_window_mask,
-    generate_padded_without_cache)
+    flawed_kv_cache_bytes, flawed_layer_mask, flawed_padded_inputs, flawed_padding, flawed_repeat_kv,
+    flawed_sliding_window_mask, generate_padded_without_cache)
 from transformer_lm.instructor.mistake_family import MistakeFamily
 from transformer_lm.sandboxed import probes
 

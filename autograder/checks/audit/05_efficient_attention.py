@@ -339,26 +339,7 @@ def alternatives(answer):
     return {item: list(labelled.items()) for item, labelled in by_item.items()}
 
 
-VALUE_CASE = ("one of the tiled values' cases (sizes that no block divides, a diagonal across tiles, fewer queries "
-              "than keys, one query): each catalogued mistake it catches fails another case too; it stands for "
-              "code that holds a size of its own or drops the last partial block, which the catalogue does not hold")
-CAPPED_MODE = ("one of the forward's capped checks (with the mask and without, at a length where no float32 score "
-               "matrix fits, in every grad mode, and at one where no byte per score fits): each catalogued mistake it "
-               "catches fails another of them too")
-BACKWARD_CAPPED = ("one of the backward's capped checks: the catalogued mistakes that it catches (the whole weight "
-                   "matrix rebuilt, more saved than needed) fail the first capped check too")
-KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("online_softmax", (2,), "values whose rows are hundreds apart: the catalogued mistake it was written for (one "
-                             "maximum for all rows) fails the statistics' check of the same spread too"),
-    ("online_softmax", (3, 5), "each catalogued mistake it catches (the sum not rescaled, one maximum for all rows) "
-                               "fails the merge or the other statistics' checks too"),
-    ("online_softmax", (4,), "one block holds the whole row: no catalogued mistake shows there (nothing is merged); "
-                             "it stands for code that needs two blocks or more, which the catalogue does not hold"),
-    ("flash_forward", (1, 2, 3, 4), VALUE_CASE),
-    ("flash_memory", (1, 2, 3), CAPPED_MODE),
-    ("flash_backward", (1, 3), VALUE_CASE),
-    ("backward_memory", (2, 3), BACKWARD_CAPPED),
-) for number in numbers}
+KNOWN_GAPS = {}
 
 
 def library(answer):
