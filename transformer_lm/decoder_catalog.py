@@ -90,8 +90,8 @@ DECODER: tuple[Mistake, ...] = (
     Mistake(
         "cache_keys_only", "the KV cache's size counts the keys or the values, not both",
         "A KV cache holds two vectors for each layer, key/value head, token and sequence: a key and a value, of "
-        "head_dim numbers each. Its size is 2 * n_layers * n_kv_heads * head_dim * seq_len * batch numbers, times "
-        "the bytes of one number; without the 2 it is half that.",
+        "head_dim numbers each. Count both when you multiply the sizes together, and then the bytes of one "
+        "number: a count of one vector per position is half the cache.",
         DecoderFlaws(cache_keys_only=True), frozenset({"bytes"}),
     ),
 )
