@@ -25,7 +25,6 @@ from autograder.judging.judge import judge_item
 from autograder.reading.notebook_data import read_notebook
 from autograder.reading.preflight import Preflight, preflight
 from autograder.reading.results import ItemResult, SubmissionResult
-from autograder.reading.spec import Explains
 from transformer_lm.forbidding import runtime_names
 
 
@@ -80,13 +79,13 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
     run = None
     if not pre.fatal:
         ids = {i.grade_id for i in items} - set(pre.item_status)
-        explaining = _explaining(items)
+        explaining = {pid for item in items for pid in item.probes(explaining=True)}
         own = {pid for pid, gid in assignment.probe_item.items()
                if gid in ids and pid not in assignment.stand_ins and pid not in explaining}
         run = _run(assignment, pre, own, worker)
         failing, late_items = _late_items(assignment, notebook, pre, run)
         again = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items
-                 or pid in explaining and gid in (failing & ids) - late_items}
+                 or pid in explaining and gid in failing - late_items}
         if again:
             run.merge(_run(assignment, pre, again, worker))
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
@@ -137,12 +136,6 @@ def _with_reference(assignment: Assignment, found: runner.RunResult, worker: run
         found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
 
 
-def _explaining(items) -> set[str]:
-    """The probes of the checks of ``items`` that only explain a failure (:class:`Explains`)."""
-    return {f"{item.grade_id}.{number}" for item in items
-            for number, check in enumerate(item.checks) if isinstance(check, Explains)}
-
-
 def _late_items(assignment: Assignment, notebook: str, pre: Preflight,
                 run: runner.RunResult) -> tuple[set[str], set[str]]:
     """The items written and failing on their own answers (judged by the checks that can cost
@@ -152,8 +145,7 @@ def _late_items(assignment: Assignment, notebook: str, pre: Preflight,
     failing, written, earlier = set(), set(), {}
     for item in assignment.items[notebook]:
         gid, answer = item.grade_id, pre.answer(item.answer_id)
-        graded = [number for number, check in enumerate(item.checks) if not isinstance(check, Explains)]
-        if gid in pre.item_status or answer and all(f"{gid}.{i}" in run.outcomes for i in graded):
+        if gid in pre.item_status or answer and all(pid in run.outcomes for pid in item.probes()):
             earlier[gid] = judge_item(item, notebook, assignment, pre, run, earlier, [])
         if gid not in earlier or earlier[gid].status != "passed":
             failing.add(gid)

@@ -96,6 +96,12 @@ class Item:
     def answer_id(self) -> str:
         return self.answer or self.grade_id
 
+    def probes(self, explaining: bool = False) -> list[str]:
+        """The ids of the item's probes, ``<grade_id>.<n>`` for the n-th entry of ``checks``: of the
+        checks that only explain (:class:`Explains`) with ``explaining``, else of the others."""
+        return [f"{self.grade_id}.{number}" for number, check in enumerate(self.checks)
+                if isinstance(check, Explains) == explaining]
+
     @property
     def check_numbers(self) -> list[int]:
         """The number (from 0) of the check that each entry of ``checks`` is part of: an entry

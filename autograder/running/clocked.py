@@ -30,6 +30,8 @@ REFERENCE = "+reference"
 """The suffix of a timed probe's id when the course's code makes its calls."""
 REFERENCE_SECONDS = 120.0
 """How long the course's timed calls may take together."""
+
+
 def reference_windows(clocked: Clocked) -> list[dict]:
     """The keyword arguments of the course's windows: those of the answer's windows they reuse."""
     return [clocked.windows[window] for window in clocked.reference]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +145,7 @@ def flawed_multi_head_attention(x, weights: reference.AttentionWeights, num_head
     out = merge(out)
     if weights.w_out is not None and not flaws.skip_output_projection:
         out = F.linear(out, weights.w_out, weights.b_out)
-    return squeezed(out, flaws), probs
+    return out, probs
 
 
 class _FlawedAttention(torch.nn.Module):
@@ -163,10 +162,10 @@ class _FlawedAttention(torch.nn.Module):
 
 def flawed_block(block: reference.Block, x: torch.Tensor, flaws: Flaws) -> torch.Tensor:
     """A decoder block as a student might write it: the reference block's own forward, with its
-    causal attention made by :func:`flawed_multi_head_attention` with ``flaws`` (the block's output,
-    not its attention's, squeezed with ``squeezed``)."""
+    causal attention made by :func:`flawed_multi_head_attention` with ``flaws`` (the block's output
+    squeezed with ``squeezed``)."""
     attention = block.attn
-    block.attn = _FlawedAttention(attention, replace(flaws, squeezed=False))
+    block.attn = _FlawedAttention(attention, flaws)
     try:
         return squeezed(block(x)[0], flaws)
     finally:
