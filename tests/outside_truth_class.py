@@ -377,3 +377,26 @@ cheats on and no other (``tests/skipping_evasions.py``, ``tests/memory_evasions.
 
 def _answer(notebook: dict, gid: str) -> str:
     return "".join(next(c for c in notebook["cells"] if grade_id(c) == gid)["source"])
+
+
+SLOW_ONCE = '''
+
+# Honest, but slow in the first run's timed windows only: once a call of the capped checks' length
+# (flash_memory's, made before causal_skipping's in the same run) was seen, each timed causal call
+# first makes a pass without the mask and throws it away.
+_honest_forward, _long_seen = flash_forward, False
+
+
+def flash_forward(q, k, v, causal=False, block_q=16, block_k=16):
+    global _long_seen
+    _long_seen = _long_seen or q.shape[-2] >= 3584
+    if causal and _long_seen and q.shape[-2] == 1024:
+        _honest_forward(q, k, v, False, block_q, block_k)
+    return _honest_forward(q, k, v, causal, block_q, block_k)
+'''
+
+
+def timed_badly_once(good: dict) -> Submission:
+    """An honest forward whose first timing fails as a moment of load could make it fail, and whose
+    second, in the grading's second run (which makes causal_skipping's probes alone), passes."""
+    return Submission("t01_slow_in_the_first_run", replace(good, "flash_forward", _answer(good, "flash_forward") + SLOW_ONCE))

@@ -132,3 +132,39 @@ def test_space_the_kernel_freed_before_the_call_does_not_raise_the_cap():
         capped_call.call_capped(query_block_row, MEMORY_CAP, seconds=60)
     assert capped_call.call_capped(tiled_row_maxima, MEMORY_CAP, seconds=60).shape == (CASE.block_q,)
     del above
+
+
+def test_space_the_kernels_threads_freed_does_not_raise_the_cap():
+    """A kernel's threads (Jupyter's, PyTorch's OpenMP workers) allocate in heaps of their own, which
+    glibc keeps mapped once freed; the capped child, when its own heap cannot grow, is served from
+    them without mapping anything the cap counts. Threads that freed 20 MiB blocks let a row of a
+    query block through (56 MiB), until the child measured its peak resident memory too. Run in a
+    fresh interpreter, so that this process's own heaps do not decide it."""
+    script = f"""
+import threading, torch
+from transformer_lm import capped_call
+kept = []
+def work():
+    for _ in range(6):
+        block = torch.empty(5 * 2**20)
+        block.fill_(1.0)
+        kept.append(torch.empty(16))
+        del block
+threads = [threading.Thread(target=work) for _ in range(4)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+def row():
+    return torch.ones({CASE.block_q}, 7168).sum()
+def tiled():
+    q, k = torch.randn({CASE.block_q}, 2), torch.randn(7168, 2)
+    return torch.stack([(q @ k[s:s + 64].T).amax(-1) for s in range(0, 7168, 64)]).amax(0).shape
+try:
+    capped_call.call_capped(row, {MEMORY_CAP}, seconds=60)
+    print("served")
+except capped_call.CappedCallRaised as raised:
+    print("refused", type(raised.error).__name__)
+print(capped_call.call_capped(tiled, {MEMORY_CAP}, seconds=60))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["refused MemoryError", f"torch.Size([{CASE.block_q}])"], done.stdout

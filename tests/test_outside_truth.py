@@ -27,6 +27,7 @@ A = truth.A
 GOOD = truth.solution()
 HONEST = truth.honest(GOOD)
 ATTACKS = truth.attacks(GOOD)
+SLOW_ONCE = truth.timed_badly_once(GOOD)
 pytestmark = pytest.mark.timeout(1800)   # grading 66 notebooks of assignment 05 on two workers (about 6 minutes)
 
 
@@ -38,7 +39,7 @@ def graded(tmp_path_factory):
     from test_attacks import reports, write_class
 
     root = tmp_path_factory.mktemp("outside_truth")
-    write_class(root, {s.student: s.notebook for s in HONEST + ATTACKS})
+    write_class(root, {s.student: s.notebook for s in HONEST + ATTACKS + [SLOW_ONCE]})
     tools.grade_course(root, A, workers=2)
     return reports(root)
 
@@ -51,6 +52,16 @@ def test_the_class_is_large_enough():
     assert len(HONEST) >= 30 and len(ATTACKS) >= 12, (len(HONEST), len(ATTACKS))
     assert len({s.student for s in HONEST + ATTACKS}) == len(HONEST + ATTACKS)
     assert all(s.lost and s.lost <= set(truth.ITEMS) for s in ATTACKS) and not any(s.lost for s in HONEST)
+
+
+def test_a_timing_that_fails_once_is_made_again_and_the_second_decides(graded):
+    """A moment of load can move one timing past its limit: the grader times a call that failed on
+    its CPU time alone once more, in the second run, and the second figure decides. This answer
+    does the masked tiles' work in the first run's timed windows only (before the retiming, it lost
+    ``causal_skipping``); a cheat that does it in every run still loses (``a18_``)."""
+    report = graded[SLOW_ONCE.student]
+    assert report["total"] == report["max_total"] and not report["flags"], report
+    assert items_of(report)["causal_skipping"]["status"] == "passed"
 
 
 @pytest.mark.parametrize("student", [s.student for s in HONEST])

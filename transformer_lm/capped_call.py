@@ -10,6 +10,14 @@ no descriptor of the kernel's but its standard ones), makes the call, and sends 
 what it returned, or what it raised with the answer's lines of its traceback. The kernel itself is
 never capped.
 
+A kernel's memory is not a grading run's. Its threads (Jupyter's own, PyTorch's OpenMP workers)
+allocated in heaps of their own, which glibc keeps mapped once they are freed, and the child, when
+its own heap cannot grow, takes space from them: space mapped before the cap, which the cap never
+counts (a kernel whose threads had freed 20 MiB blocks let a 56 MiB row of scores through). So the
+child also measures what the kernel counts as resident: it gives every free page of every heap back
+first (``malloc_trim``), and after the call its peak resident memory may have grown by at most the
+cap (:func:`_peak_growth`). A grading run starts no thread, so it has no such heaps.
+
 A child that does not answer within :data:`SECONDS` is killed. What the call prints is shown after
 it, and the child computes on one thread (see :func:`_child`). Forking needs Linux (``os.fork`` and
 a kernel that enforces ``RLIMIT_DATA``); elsewhere :func:`call_capped` raises
@@ -19,6 +27,7 @@ a kernel that enforces ``RLIMIT_DATA``); elsewhere :func:`call_capped` raises
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import pickle
@@ -68,15 +77,63 @@ def _answer_lines(error: BaseException) -> str:
     return "".join(traceback.format_list(frames[-TRACEBACK_FRAMES:]))
 
 
+STATUS = "/proc/self/status"
+"""Where the kernel says what this process holds resident (``VmHWM``, its peak, and the file-backed
+and shared parts of what it holds now)."""
+RESET_PEAK = "/proc/self/clear_refs"
+"""Writing ``5`` here sets the peak resident memory (``VmHWM``) to what is resident now (Linux 4.0)."""
+OVER_PEAK = ("the call held {held:.0f} MiB more at its peak than before it, and a capped call may hold "
+             "{cap:.0f} MiB more: the grader's cap refuses it")
+"""Why a call whose peak went past the cap failed, though its allocations were served (from space
+the kernel's threads had freed)."""
+
+
+def _resident() -> dict[str, int]:
+    """What the kernel counts as resident for this process, in bytes: ``VmHWM`` (the peak),
+    ``VmRSS`` (now), and of it ``RssFile`` and ``RssShmem`` (files' pages and shared memory)."""
+    with open(STATUS) as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    return {name: int(fields[name].split()[0]) * 1024 for name in ("VmHWM", "VmRSS", "RssFile", "RssShmem")}
+
+
+def _reset_peak() -> dict[str, int] | None:
+    """Sets the peak resident memory to what is resident now, and returns :func:`_resident`; None
+    where the kernel does not say (no ``/proc``), and then only the cap judges."""
+    try:
+        with open(RESET_PEAK, "w") as reset:
+            reset.write("5")
+        return _resident()
+    except OSError:
+        return None
+
+
+def _peak_growth(before: dict[str, int]) -> int:
+    """How far the peak of private memory rose above ``before`` (a :func:`_reset_peak`): the peak less
+    what was resident then, less what files' pages and shared memory grew by since (a library's code
+    paged in by the call's first use of an operator is not the answer's memory)."""
+    after = _resident()
+    shared = (after["RssFile"] + after["RssShmem"]) - (before["RssFile"] + before["RssShmem"])
+    return after["VmHWM"] - before["VmRSS"] - max(shared, 0)
+
+
 def _outcome(function, extra: int) -> tuple:
     """``("returned", value)``, or ``("raised", error, where in the answer it arose)``, of
-    ``function()`` under the cap; the error's own cause where it has one (the answer's error)."""
+    ``function()`` under the cap; the error's own cause where it has one (the answer's error). A
+    call whose peak resident memory rose by more than ``extra`` raised ``MemoryError``."""
+    libc = ctypes.CDLL(None)
+    if hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)    # the free pages of every heap: their reuse is then paged in, and counted
     memory_cap.cap(extra)
+    before = _reset_peak()
     memory_cap.refuse_uncounted()
     try:
-        return ("returned", function())
+        value = function()
     except Exception as error:  # noqa: BLE001 - whatever the answer raised is its outcome
         return ("raised", error, _answer_lines(error.__cause__ or error))
+    held = 0 if before is None else _peak_growth(before)
+    if held > extra:
+        return ("raised", MemoryError(OVER_PEAK.format(held=held / 2**20, cap=extra / 2**20)), "")
+    return ("returned", value)
 
 
 def _close_inherited(keep: int) -> None:

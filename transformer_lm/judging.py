@@ -199,6 +199,9 @@ class Verdict:
     message: str
     mistake: catalog.Mistake | None = None
     names: dict[str, str] | None = None  # the notebook's names for shapes, which the hint speaks
+    measured: bool = False
+    """Failed on a figure that a moment of load on the machine can move (CPU time), not on a value:
+    the grader measures it once more before it costs a point (``grading.grade_notebook``)."""
 
     @property
     def hint(self) -> str:

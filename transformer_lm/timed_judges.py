@@ -72,13 +72,13 @@ class SkipTimeJudge:
                 return verdict
         found = self.figures(record)
         if found is None:
-            return Verdict("failed", render(TEXTS["unclocked"], call=self.call))
+            return Verdict("failed", render(TEXTS["unclocked"], call=self.call), measured=True)
         own, course = found
         figures = dict(own=f"{own:.0%}", course=f"{course:.0%}")
         if own <= OWN_FACTOR * course:
             return Verdict("passed", render(TEXTS["skip_passed"], **figures))
         return Verdict("failed", render(TEXTS["skip_more"], call=self.call, share=f"{self.share:.0%}", **figures),
-                       catalog.BY_NAME["future_blocks_computed"])
+                       catalog.BY_NAME["future_blocks_computed"], measured=True)
 
     @staticmethod
     def window(record: dict[str, torch.Tensor], window: int) -> dict[str, torch.Tensor]:

@@ -73,7 +73,9 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
     item fails, a second run makes its checks that only explain (:class:`Explains`: a trace of what
     ran, which names the mistake); and when an item it builds on failed too, it checks the item
     again with the course's code in place of the answers below them (:func:`_late_items`), so that
-    one mistake costs points once. A notebook whose items all pass needs no second run."""
+    one mistake costs points once. A timed check that failed on its CPU time alone is timed again in
+    that run, and the second figure decides (:func:`_timed_again`). A notebook whose items all pass
+    needs no second run."""
     items = assignment.items[notebook]
     pre = preflight(path, assignment.release[notebook], items)
     run = None
@@ -85,7 +87,7 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
         run = _run(assignment, pre, own, worker)
         failing, late_items = _late_items(assignment, notebook, pre, run)
         again = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items
-                 or pid in explaining and gid in failing - late_items}
+                 or pid in explaining and gid in failing - late_items} | _timed_again(assignment, run, failing)
         if again:
             run.merge(_run(assignment, pre, again, worker))
         pre.flags.extend(f"Tampering: {why}." for why in dict.fromkeys(run.tampering))
@@ -134,6 +136,20 @@ def _with_reference(assignment: Assignment, found: runner.RunResult, worker: run
                                        assignment.reference_code, limits, runner.MOUNTS["out"])
     for pid, original in base.items():
         found.outcomes[pid].record = clocked.with_reference(found.outcomes[pid].record, figures[original])
+
+
+def _timed_again(assignment: Assignment, run: runner.RunResult, failing: set[str]) -> set[str]:
+    """The timed probes of the written items in ``failing`` whose verdict failed on its figure alone
+    (:attr:`~transformer_lm.judging.Verdict.measured`). A moment of load can move one timing past
+    its limit; timed once more, an honest answer loses the point only when both timings fail (the
+    square of one's chance), while an answer that does the work it should skip fails both."""
+    again = set()
+    for pid, outcome in run.outcomes.items():
+        prepared = assignment.prepared[pid]
+        if assignment.probe_item[pid] in failing and prepared.clocked is not None and outcome.status == "ok" \
+                and prepared.judge(outcome.record or {}, outcome.value, False).measured:
+            again.add(pid)
+    return again
 
 
 def _late_items(assignment: Assignment, notebook: str, pre: Preflight,
