@@ -21,7 +21,7 @@ from dataclasses import asdict
 
 import torch
 
-from autograder.reading.spec import Item
+from autograder.reading.spec import Also, Item
 from transformer_lm.instructor import adapters, mistakes, reference
 from transformer_lm.instructor.cases import AttentionCase
 from transformer_lm.forbidding import LIBRARY_ATTENTION
@@ -62,32 +62,32 @@ DROPOUT = dict(vocab_size=8, block_size=6, n_layer=2, n_head=3, n_embd=9, attn_p
 
 ITEMS = [
     Item("mingpt_attention", points=3, checks=(
-        attention(2, 7, 16, 4, context_length=9),
-        attention(3, 5, 6, 1),
-        attention(2, 1, 8, 2, context_length=4),
-        attention(2, 6, 12, 3, dropout=0.3),
+        attention(2, 7, 16, 4, context_length=9),        # block_size longer than the sequence
+        Also(attention(3, 5, 6, 1)),                     # one head
+        Also(attention(2, 1, 8, 2, context_length=4)),   # one token: a squeeze fails here
+        attention(2, 6, 12, 3, dropout=0.3),             # dropout must do nothing in eval mode
     ), forbids=LIBRARY_ATTENTION, defines=("MultiHeadSelfAttention",)),
     Item("block", points=1, checks=(
         block(dict(n_embd=12, n_head=3, block_size=8), 2, 6),
-        block(dict(n_embd=6, n_head=1, block_size=3), 3, 1),
+        Also(block(dict(n_embd=6, n_head=1, block_size=3), 3, 1)),   # one token: a squeeze fails here
         block(dict(n_embd=8, n_head=2, block_size=5, attn_pdrop=0.3, resid_pdrop=0.3), 2, 5),
     ), forbids=LIBRARY_ATTENTION, defines=("Block",), builds_on=("mingpt_attention",)),
     Item("gpt", points=2, checks=(
         gpt(SMALL, 2, 6),
-        gpt(ONE_HEAD, 3, 5),
-        gpt(DROPOUT, 2, 4),
+        Also(gpt(ONE_HEAD, 3, 5)),   # one layer, block_size the sequence's length
+        Also(gpt(DROPOUT, 2, 4)),    # dropout must do nothing in eval mode
         LossCheck("GPT", config(**SMALL), batch=3, seq=7),
         CachedForwardCheck("GPT", config(**SMALL), batch=2, seq=7, prefix=3),   # the cache: positions go on after it
-        CachedForwardCheck("GPT", config(**DEEP), batch=3, seq=6, prefix=1),
+        Also(CachedForwardCheck("GPT", config(**DEEP), batch=3, seq=6, prefix=1)),
     ), forbids=LIBRARY_ATTENTION, defines=("GPT",), builds_on=("block",)),
     Item("generate", points=2, checks=(
         SamplingCheck("sample_next_token", vocab=8, temperature=0.6),
-        SamplingCheck("sample_next_token", vocab=10, temperature=1.7, top_k=4),
-        SamplingCheck("sample_next_token", vocab=5, temperature=0.8, top_k=2),
+        Also(SamplingCheck("sample_next_token", vocab=10, temperature=1.7, top_k=4)),
+        Also(SamplingCheck("sample_next_token", vocab=5, temperature=0.8, top_k=2)),
         GenerateCheck("GPT", config(**SMALL), batch=4, prompt=4, max_new_tokens=8),      # grows past block_size
-        GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=3, max_new_tokens=8),
+        Also(GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=3, max_new_tokens=8)),
         # the prompt alone is longer than block_size
-        GenerateCheck("GPT", config(**DEEP), batch=4, prompt=9, max_new_tokens=4),
+        Also(GenerateCheck("GPT", config(**DEEP), batch=4, prompt=9, max_new_tokens=4)),
     ), defines=("sample_next_token", "generate_tokens"), builds_on=("gpt",)),
     # Equality with the reference's tokens (made without a cache). The grader cannot tell whether the
     # cache is used at all; the visible check counts the tokens the model sees at each step.
@@ -95,8 +95,9 @@ ITEMS = [
         # the cache fits
         GenerateCheck("GPT", config(**SMALL), batch=4, prompt=3, max_new_tokens=4, call_kwargs={"use_cache": True}),
         # it fills up, restarts
-        GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=2, max_new_tokens=10, call_kwargs={"use_cache": True}),
+        Also(GenerateCheck("GPT", config(**ONE_HEAD), batch=4, prompt=2, max_new_tokens=10,
+                           call_kwargs={"use_cache": True})),
         # cropped prompt, 3 blocks
-        GenerateCheck("GPT", config(**DEEP), batch=4, prompt=8, max_new_tokens=8, call_kwargs={"use_cache": True}),
+        Also(GenerateCheck("GPT", config(**DEEP), batch=4, prompt=8, max_new_tokens=8, call_kwargs={"use_cache": True})),
     ), builds_on=("gpt", "generate")),
 ]

@@ -310,39 +310,7 @@ def alternatives(answer):
     }
 
 
-BLOCK = ("the general case (three heads, several tokens, no dropout): the block's catalogued mistakes need checks 2 "
-         "(one token: a squeeze) and 3 (dropout left on); a mistake of its residuals or layer norms (post-norm, a "
-         "residual left out) fails all three checks, and the catalogue holds none; its attention's mistakes are "
-         "mingpt_attention's, charged there")
-MODEL = ("one of the model's forward checks without dropout (two layers; one layer whose block_size is the sequence's "
-         "length): its catalogued mistakes need checks 3 (dropout left on) and 4 (the loss); a mistake of the "
-         "embeddings, the final norm or the head (positions or ln_f left out) fails all six checks, and the one that "
-         "runs the first block only fails every check but 2, raising an error in 5 and 6; the catalogue holds none")
-CACHED = ("one of two checks of the forward after a cache: the catalogued mistake (positions not offset) fails both; "
-          "they differ in the prefix and the model's depth")
-SAMPLING = ("one of three draws: each catalogued sampling mistake it catches fails another draw too; they differ in "
-            "the temperature and in top_k")
-GENERATION = ("one of three generations: each catalogued mistake it catches fails another of them too; they differ in "
-              "the model and in a prompt longer than block_size")
-FULL_CACHE = ("a prompt longer than block_size, three blocks: the context cropped to its first tokens fails check 2 "
-              "too; a cache restarted one step early runs there as the right one does (the cropped prompt fills "
-              "the cache at once), and one cache for all blocks ([{}]) fails check 1 too")
-KNOWN_GAPS = {(grade_id, f"check {number}"): why for grade_id, numbers, why in (
-    ("mingpt_attention", (1,), "several tokens, block_size longer than the sequence: each catalogued mistake it "
-                               "catches fails check 4 too; a mask not cut to the sequence (self.mask for mask) raises "
-                               "an error here and in check 3, and the grader names no mistake from an error"),
-    ("mingpt_attention", (2,), "one head: the head mistakes give the right answer there, and each other catalogued "
-                               "mistake it catches fails checks 1 and 4 too; no mistake shows with one head alone"),
-    ("block", (1,), BLOCK),
-    ("gpt", (1, 2), MODEL),
-    ("gpt", (5, 6), CACHED),
-    ("generate", (1, 2, 3), SAMPLING),
-    ("generate", (4, 5, 6), GENERATION),
-    ("kv_cache", (1,), "a cache that fits: the catalogued mistake of generation (the context cropped to its first "
-                       "tokens) shows only once the context is full; the check stands for a cache whose keys or "
-                       "positions are wrong from the first step, which the catalogue does not hold"),
-    ("kv_cache", (3,), FULL_CACHE),
-) for number in numbers}
+KNOWN_GAPS = {}
 
 
 def library(answer):
