@@ -17,6 +17,7 @@ import pytest
 import assignment_tests
 import assignments
 import notebook_tools as tools
+from transformer_lm import catalog
 from transformer_lm.style import style_problems
 
 ROW = assignments.BY_NAME["02_multihead_attention"]
@@ -187,7 +188,9 @@ def reports(source_nb, tmp_path_factory):
       ``hidden**0.5``, a line broken before ``/``);
     * ``seed``: the release filled with seed 003's own classes, pasted whole;
     * ``mistakes``: the solution's SelfAttention with one PEP 8 violation, and seed 003's
-      MultiHeadSelfAttention with the heads merged by view without transpose.
+      MultiHeadSelfAttention with the heads merged by view without transpose;
+    * ``swapped``: the solution with SelfAttention's layers made as nn.Linear(hidden, input_size);
+      ``swapped_unscaled``: the same, with forward's scores not scaled either.
     """
     solution = {gid: tools.cell_by_grade_id(source_nb, gid).source for gid in ROW.answers}
     pep8 = solution["self_attention"].replace("self.scale = hidden ** 0.5", "self.scale=hidden ** 0.5")
@@ -199,12 +202,20 @@ def reports(source_nb, tmp_path_factory):
                    "scores = q @ k.transpose(1, 2) / self.scale", "scores = (q @ k.transpose(1, 2)\n"
                                                                   "                  / self.scale)")}
     assert all(allowed[gid] != solution[gid] for gid in ROW.answers)
+    swapped = solution["self_attention"]
+    for name in "qkv":
+        swapped = swapped.replace(f"self.{name} = nn.Linear(input_size, hidden)",
+                                  f"self.{name} = nn.Linear(hidden, input_size)")
+    unscaled = swapped.replace("k.transpose(1, 2) / self.scale", "k.transpose(1, 2)")
+    assert solution["self_attention"] != swapped != unscaled
     submissions = {
         "solution": release_with(solution),
         "pep8_allowed": release_with(allowed),
         "seed": release_with({"self_attention": SEED_SELF_ATTENTION,
                               "multihead_self_attention": SEED_MULTI_HEAD_SELF_ATTENTION}),
         "mistakes": release_with({"self_attention": pep8, "multihead_self_attention": MERGED_WITHOUT_TRANSPOSE}),
+        "swapped": release_with({**solution, "self_attention": swapped}),
+        "swapped_unscaled": release_with({**solution, "self_attention": unscaled}),
         "blank": tools.read(ROW.release_path),
     }
     graded = tools.grade_class(ROW.name, tmp_path_factory.mktemp("course"), submissions)
@@ -298,6 +309,23 @@ def test_merged_heads_without_transpose_cost_the_output_item_only_and_are_named(
     assert ".contiguous().view(bs, seq, hidden)" in item["hint"], item["hint"]   # the notebook's own names
     for name in ("mha_scores", "mha_causal_mask"):
         assert report[name]["status"] == "passed" and report[name]["score"] == ROW.points[name], report[name]
+
+
+def test_layers_made_the_wrong_way_round_cost_the_constructor_alone_and_are_named(reports):
+    """nn.Linear(hidden, input_size) costs the constructor's point, named; forward is then graded with
+    the course's layers in the student's class, so it keeps its points when it is right and loses
+    them when it is wrong too (its scores not scaled)."""
+    swapped, title = reports["swapped"], catalog.BY_NAME["linear_sizes_swapped"].title
+    init = swapped["self_attention_init"]
+    assert (init["status"], init["score"], init["mistake"]) == ("failed", 0, title), init
+    forward = swapped["self_attention_forward"]
+    assert (forward["status"], forward["score"]) == ("passed", ROW.points["self_attention_forward"]), forward
+    assert swapped[""]["total"] == swapped[""]["max_total"] - 1
+    both = reports["swapped_unscaled"]
+    assert (both["self_attention_init"]["score"], both["self_attention_init"]["mistake"]) == (0, title)
+    forward = both["self_attention_forward"]
+    assert (forward["status"], forward["score"]) == ("failed", 0), forward
+    assert forward["mistake"] == catalog.BY_NAME["no_scaling"].title, forward
 
 
 def test_spacing_pep8_allows_keeps_every_point(reports):

@@ -118,7 +118,7 @@ def test_a_check_no_mutant_needs_fails_the_audit_and_is_named(tmp_path):
     assert ("- `softmax_stable`: no mistake of the bank needs check 2 of softmax_stable (CallCheck of "
             "softmax_stable)") in out
     assert "needs check 1 of context_vectors" not in out and "needs check 2 of context_vectors" in out
-    assert "| `softmax_stable` | 1/1 (100%) | 1/1 (100%) | 0/3 (0%) |" in out
+    assert "| `softmax_stable` | 1/1 (100%) | 1/1 (100%) | 0/2 (0%) |" in out
     assert "| `context_vectors` | 1/1 (100%) | 1/1 (100%) | 1/2 (50%) |" in out
     assert "grading the audit bank of 01_attention_basics" in shown and "2/2" in shown, shown
 

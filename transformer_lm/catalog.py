@@ -175,8 +175,20 @@ CONSTRUCTOR: tuple[Mistake, ...] = (
         "from the cause, or quietly leaves the rest out. An assert raises an AssertionError instead, and "
         "python -O skips it.",
     ),
+    Mistake(
+        "linear_sizes_swapped", "nn.Linear given the output's width before the input's",
+        "nn.Linear(in_features, out_features) takes the width of what comes in first: nn.Linear(input_size, "
+        "hidden) maps input_size features to hidden. Its weight is stored the other way round, with shape "
+        "(out_features, in_features), (hidden, input_size) here, which makes the two easy to swap.",
+    ),
+    Mistake(
+        "layers_without_bias", "the layers made without their biases (bias=False)",
+        "nn.Linear adds a bias unless it is made with bias=False, as assignment 01's qkv_bias=False makes it. "
+        "The layers q, k and v each need their bias: leave bias at its default, True.",
+    ),
 )
-"""Mistakes of an attention class's constructor that a check of what it raises names."""
+"""Mistakes of an attention class's constructor that a check of what it raises, or of its layers'
+shapes, names."""
 
 GENERATION: tuple[Mistake, ...] = (
     Mistake(

@@ -16,7 +16,7 @@ import math
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -344,16 +344,24 @@ def judge_parameters(name: str, got: dict[str, list[int]], expected: dict[str, t
 
 @dataclass
 class ParametersJudge:
-    """Judges a module's parameters (name -> shape, what the probe returns) against ``expected``."""
+    """Judges a module's parameters (name -> shape, what the probe returns) against ``expected``;
+    a failure whose parameters are exactly those a catalogued mistake's constructor makes
+    (``candidates``: mistake -> its shapes) names that mistake."""
 
     object: str
     expected: dict[str, tuple[int, ...]]
+    candidates: dict[catalog.Mistake, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
     def __call__(self, record, shapes, values: bool) -> Verdict:
         """``shapes`` as the probe returned it: only names with a shape of whole numbers count."""
-        got = {n: s for n, s in shapes.items() if isinstance(n, str) and isinstance(s, (list, tuple))
+        got = {n: tuple(s) for n, s in shapes.items() if isinstance(n, str) and isinstance(s, (list, tuple))
                and all(type(d) is int for d in s)} if isinstance(shapes, dict) else {}
-        return judge_parameters(self.object, got, self.expected, quote=values)
+        verdict = judge_parameters(self.object, got, self.expected, quote=values)
+        if verdict.passed:
+            return verdict
+        made = next((mistake for mistake, made in self.candidates.items()
+                     if got == {n: tuple(s) for n, s in made.items()}), None)
+        return replace(verdict, mistake=made)
 
 
 def is_builtin_exception(name) -> bool:

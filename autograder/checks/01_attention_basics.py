@@ -2,12 +2,14 @@
 
 Shapes differ from the notebook's six tokens of width 3: longer and single-token
 sequences, one head and several, with and without biases, dropout switched on but the
-module in eval mode. Inputs come from the course's secret seed.
+module in eval mode. Inputs come from the course's secret seed. The softmax has two checks:
+ordinary scores with the gradient (a matrix, and a vector, which a softmax written for 2-D
+scores only fails), and scores in the hundreds, where the naive exponential overflows.
 """
 
 import torch
 
-from autograder.reading.spec import Item
+from autograder.reading.spec import Also, Item
 from transformer_lm import catalog
 from transformer_lm.instructor import adapters
 from transformer_lm.instructor.mistakes import CONTEXT_VECTOR_MISTAKES, SOFTMAX_MISTAKES
@@ -44,13 +46,14 @@ def two_dimensional(record) -> Verdict:
 
 ITEMS = [
     Item("softmax_stable", points=1, checks=(
+        # ordinary scores, with the gradient: a matrix, then a vector (a softmax written for 2-D only)
         CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
                   lambda g: scores_vectors(g, 4, 9), mistakes=SOFTMAX_MISTAKES),
+        Also(CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
+                       lambda g: {"x": torch.randn(7, generator=g)}, mistakes=SOFTMAX_MISTAKES)),
+        # scores in the hundreds: the naive exp overflows here
         CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                  lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False,  # naive exp overflows here
-                  mistakes=SOFTMAX_MISTAKES),
-        CallCheck("softmax_stable", lambda x: torch.softmax(x, dim=-1),
-                  lambda g: {"x": torch.randn(7, generator=g)}, mistakes=SOFTMAX_MISTAKES),
+                  lambda g: scores_vectors(g, 3, 5, scale=500.0), grad=False, mistakes=SOFTMAX_MISTAKES),
     ), forbids=SOFTMAX),
     Item("context_vectors", points=1, checks=(
         CallCheck("context_vectors", lambda x: torch.softmax(x @ x.T, dim=-1) @ x,

@@ -14,6 +14,10 @@ dropout in eval mode) plus the ``ValueError``. A mistake in the weights that the
 is charged once, to the item of its step (:mod:`autograder.reading.spec`). The PEP 8
 deduction of each task comes off its first ``forward`` item: ``self_attention_forward`` and
 ``mha_scores``. The written answers q1 to q5 are graded by hand and have no hidden checks.
+``self_attention_forward`` builds on ``self_attention_init``: when the layers are wrong (the
+check of the layers names ``nn.Linear`` given its sizes the other way round, and layers made
+without their biases), ``forward`` is graded with the course's layers in the student's class
+(the stand-in), so that the constructor's mistake costs its point alone.
 
 A case wrapped in ``Also`` is one more case of the check before it: the same purpose on other
 sizes. Each item's checks are then what some catalogued mistake fails alone (the audit holds
@@ -26,7 +30,7 @@ its single token alone.
 
 from autograder.reading.spec import Also, Item
 from transformer_lm.instructor import adapters
-from transformer_lm.instructor.cases import AttentionCase
+from transformer_lm.instructor.cases import AttentionCase, linear_shapes
 from transformer_lm.forbidding import LIBRARY_ATTENTION
 from transformer_lm.instructor.kinds import AttentionCheck, ParametersCheck, RaisesCheck
 
@@ -34,12 +38,13 @@ SA = adapters.SELF_ATTENTION
 MHA = adapters.MULTI_HEAD_SELF_ATTENTION
 
 
-def linear_layers(names, input_size, hidden):
-    """The parameter shapes of ``nn.Linear(input_size, hidden)`` layers with biases."""
-    shapes = {}
-    for name in names:
-        shapes.update({f"{name}.weight": (hidden, input_size), f"{name}.bias": (hidden,)})
-    return shapes
+def layers_of(input_size, hidden):
+    """The check of ``SelfAttention``'s layers ``q``, ``k`` and ``v`` for these sizes, with the
+    shapes that each catalogued mistake of the constructor makes, so that a failure is named."""
+    return ParametersCheck("SelfAttention", {"input_size": input_size, "hidden": hidden},
+                           linear_shapes("qkv", input_size, hidden),
+                           {"linear_sizes_swapped": linear_shapes("qkv", hidden, input_size),
+                            "layers_without_bias": linear_shapes("qkv", input_size, hidden, bias=False)})
 
 
 def mha(batch, seq, d_in, hidden, num_heads, judges=(), **switches):
@@ -57,9 +62,9 @@ def weights_of(batch, seq, d_in, hidden, num_heads, **switches):
 
 ITEMS = [
     Item("self_attention_init", points=1, checks=(
-        ParametersCheck("SelfAttention", {"input_size": 5, "hidden": 12}, linear_layers("qkv", 5, 12)),
-        Also(ParametersCheck("SelfAttention", {"input_size": 16, "hidden": 4}, linear_layers("qkv", 16, 4))),
-    ), forbids=LIBRARY_ATTENTION, answer="self_attention"),
+        layers_of(5, 12),
+        Also(layers_of(16, 4)),
+    ), forbids=LIBRARY_ATTENTION, answer="self_attention", defines=("SelfAttention",)),
     Item("self_attention_forward", points=3, checks=(
         # the values: several sequences of several tokens, hidden != input_size
         AttentionCheck("SelfAttention", SA, AttentionCase(batch=4, seq=6, d_in=5, d_out=8)),
@@ -68,7 +73,7 @@ ITEMS = [
         # sizes of one: a single token, then a batch of one with hidden == input_size
         AttentionCheck("SelfAttention", SA, AttentionCase(batch=3, seq=1, d_in=4, d_out=6)),
         Also(AttentionCheck("SelfAttention", SA, AttentionCase(batch=1, seq=9, d_in=6, d_out=6))),
-    ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1),
+    ), forbids=LIBRARY_ATTENTION, answer="self_attention", style_deduction=1, builds_on=("self_attention_init",)),
     Item("mha_scores", points=3, checks=(
         # the weights of several tokens
         weights_of(2, 6, 5, 8, 4),

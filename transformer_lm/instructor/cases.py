@@ -105,6 +105,15 @@ def make_case_tensors(case: AttentionCase, generator: torch.Generator) -> CaseTe
     return CaseTensors(weights, x, grad_output, mask)
 
 
+def linear_shapes(names: str, input_size: int, hidden: int, bias: bool = True) -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of layers ``nn.Linear(input_size, hidden, bias=bias)`` named by the
+    letters of ``names``: what a check of a constructor expects, or what one of its mistakes makes."""
+    shapes = {}
+    for name in names:
+        shapes.update({f"{name}.weight": (hidden, input_size), **({f"{name}.bias": (hidden,)} if bias else {})})
+    return shapes
+
+
 @dataclass(frozen=True, kw_only=True)
 class BlockCase:
     """The sizes of one transformer block test (``nn.TransformerEncoderLayer``'s names)."""

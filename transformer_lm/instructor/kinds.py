@@ -16,7 +16,7 @@ So a kind judges alike wherever it runs. Hidden checks list kinds in ``autograde
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Callable, Protocol
 
 import torch
@@ -334,15 +334,18 @@ class FactoryCheck:
 @dataclass(frozen=True)
 class ParametersCheck:
     """Builds the student's class with ``init`` and compares the names and shapes of its
-    parameters with ``expected`` (for items that grade an ``__init__``)."""
+    parameters with ``expected`` (for items that grade an ``__init__``); ``mistakes`` maps the name
+    of a catalogued mistake of the constructor to the shapes it makes, so that a failure is named."""
 
     object: str
     init: dict
     expected: dict[str, tuple[int, ...]]
+    mistakes: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
     def prepare(self, generator: torch.Generator) -> Prepared:
+        candidates = {catalog.BY_NAME[name]: shapes for name, shapes in self.mistakes.items()}
         return Prepared(ProbeCall(probes.parameter_shapes, {"cls": self.object}, {"init": self.init}),
-                        ParametersJudge(self.object, self.expected))
+                        ParametersJudge(self.object, self.expected, candidates))
 
 
 @dataclass(frozen=True)

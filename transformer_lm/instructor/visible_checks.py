@@ -15,7 +15,7 @@ import torch
 
 from transformer_lm import catalog, checks
 from transformer_lm.instructor import adapters, concepts, mistakes, reference
-from transformer_lm.instructor.cases import AttentionCase, BlockCase
+from transformer_lm.instructor.cases import AttentionCase, BlockCase, linear_shapes
 from transformer_lm.instructor.decoder_kinds import (CacheBytesCheck, GroupedQueryCheck, PaddedGenerationCheck,
                                                      PaddingCheck, RopeCheck, WindowMaskCheck)
 from transformer_lm.flaws import Flaws
@@ -87,9 +87,9 @@ def _attention_basics() -> dict[str, list[Entry]]:
 
 def _multihead_attention() -> dict[str, list[Entry]]:
     api = adapters.MULTI_HEAD_SELF_ATTENTION
-    parameters = ParametersCheck("SelfAttention", {"input_size": 7, "hidden": 9},
-                                 {"q.weight": (9, 7), "q.bias": (9,), "k.weight": (9, 7), "k.bias": (9,),
-                                  "v.weight": (9, 7), "v.bias": (9,)})
+    parameters = ParametersCheck("SelfAttention", {"input_size": 7, "hidden": 9}, linear_shapes("qkv", 7, 9),
+                                 {"linear_sizes_swapped": linear_shapes("qkv", 9, 7),
+                                  "layers_without_bias": linear_shapes("qkv", 7, 9, bias=False)})
     unshared = RaisesCheck("MultiHeadSelfAttention", {"input_size": 7, "hidden": 10, "num_heads": 3},
                            mistake="heads_not_checked")   # 10 features cannot be cut into 3 equal heads
     return {

@@ -229,15 +229,7 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {
-    ("softmax_stable", "check 1"): (
-        "ordinary scores, with the gradient: it stands for an answer whose gradient does not flow (.detach(), "
-        "torch.tensor(...) of the result, NumPy), which fails it and not check 2 (each catalogued mistake with "
-        "wrong values that fails it fails the scores in the hundreds too). Such an answer fails check 3 as well, "
-        "which takes the gradient of its vector: the check could be needed alone only if check 3 stopped taking "
-        "the gradient, which would weaken the grading. (It is also caught as an error, the output not connected "
-        "to the input by autograd, which names no mistake.)"),
-}
+KNOWN_GAPS = {}
 
 
 def library(answer):

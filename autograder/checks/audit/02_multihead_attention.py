@@ -4,8 +4,9 @@ another way (see autograder/commands/audit.py).
 Two answer cells carry five items: ``self_attention`` (``self_attention_init`` and
 ``self_attention_forward``) and ``multihead_self_attention`` (``mha_scores``, task 2.1, with the
 softmax of task 2.3 that normalises those scores; ``mha_causal_mask``, task 2.2;
-``mha_output``, task 2.3). ``self_attention_init`` only builds layers: a mistake in them would
-cost ``self_attention_forward`` too (see ``KNOWN_GAPS``), so it has alternatives and no mutants.
+``mha_output``, task 2.3). ``self_attention_init`` only builds layers: when they are wrong,
+``self_attention_forward`` is graded with the course's layers under the student's ``forward``
+(the stand-in), so a mistake in them costs the constructor alone.
 ``SelfAttention`` has one head, no mask, no projection and no dropout: of the catalogue, only
 the softmax's dimension, the scaling and a squeezed result can go wrong there.
 """
@@ -30,6 +31,13 @@ RAISE = ("        if hidden % num_heads != 0:\n"
 
 def mutants(answer):
     return {
+        "self_attention_init": {
+            "linear_sizes_swapped": answer(SA, *((f"self.{name} = nn.Linear(input_size, hidden)",
+                                                  f"self.{name} = nn.Linear(hidden, input_size)") for name in "qkv")),
+            "layers_without_bias": answer(SA, *((f"self.{name} = nn.Linear(input_size, hidden)",
+                                                 f"self.{name} = nn.Linear(input_size, hidden, bias=False)")
+                                                for name in "qkv")),
+        },
         "self_attention_forward": {
             "softmax_wrong_dim": answer(SA, ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)")),
             "no_scaling": answer(SA, ("scores = q @ k.transpose(1, 2) / self.scale",
@@ -158,14 +166,7 @@ def alternatives(answer):
     }
 
 
-KNOWN_GAPS = {
-    ("self_attention_init", "check 1"): (
-        "the layers' names and shapes: every mistake of the constructor (a layer left out, in and out swapped, "
-        "the bias left out) also stops the checks of self_attention_forward from loading their weights, so a "
-        "mutant that needs this check costs that item too (one mistake would cost twice); the course's stand-ins "
-        "replace a whole class, forward with it, so that item cannot be judged on the course's constructor under "
-        "the student's forward"),
-}
+KNOWN_GAPS = {}
 
 
 def library(answer):
