@@ -114,3 +114,15 @@ def test_exhausting_the_machine_costs_a_neighbour_nothing(tmp_path):
     assert memory["status"] in ("killed", "error") and "memory" in memory["message"].lower(), memory
     spinning = {item["grade_id"]: item for item in found["c_cpu"]["items"]}["online_softmax"]
     assert spinning["status"] == "timeout", spinning
+
+
+def test_a_run_that_leaves_the_plan_is_stopped_at_once_and_the_rest_is_graded(graded):
+    """A forger's report leaves the plan in every run of its notebook, the second too, where the
+    server gives the course's code only once the probes before it have ended. The run is stopped as
+    soon as its report leaves the plan; it used to wait for that code until the notebook's whole time
+    was spent (240 s), and the backward's items, which build on the forged forward and are the
+    solution's, timed out. Now they are graded on the course's forward and keep their points."""
+    _, found = graded
+    items = {item["grade_id"]: item for item in found["t17_forge_and_return"]["items"]}
+    assert items["flash_forward"]["status"] == "tampered"
+    assert items["flash_backward"]["status"] == items["backward_memory"]["status"] == "passed", items

@@ -59,6 +59,8 @@ DEATH = {
     "killed": "The process was killed by a signal (out of memory, or a signal sent to it).",
     "exited": "The process exited before finishing, e.g. by os._exit or sys.exit.",
     "out_of_time": "The notebook used up its total time before this check ran.",
+    "out_of_attempts": "The notebook's runs ended early {attempts:number} times, each time in another cell or check, "
+                       "and the grader ran it no more: this check was not reached.",
 }
 DEATHS = tuple(DEATH.values())
 """How a run that did not finish ended, in fixed words: the signal that ended it and its exit code

@@ -246,8 +246,10 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
         result.attempts = attempt + 1
         if not attempts.run_once(remaining):
             break
+    left = time.monotonic() < deadline - 1 and result.attempts == settings.max_attempts
+    unreached = render(DEATH["out_of_attempts"], attempts=result.attempts) if left else DEATH["out_of_time"]
     for pid in prepared:
-        result.outcomes.setdefault(pid, ProbeOutcome("timeout", DEATH["out_of_time"]))
+        result.outcomes.setdefault(pid, ProbeOutcome("timeout", unreached))
     return result
 
 
@@ -255,15 +257,19 @@ def _watchdog(worker: Worker, plan: dict, fired: list[tuple[str, object]]) -> Ca
     """A ``watch`` for :meth:`Worker.run`. It stops the run when one cell or probe has been going
     for too long (and appends that step to ``fired``), when the run stays as long between two
     steps (the grader's own work there is quick: a run that reported a step's end and went on
-    inside it is stuck there), or when the run ended and the harness does not answer: the
-    journal, read live from the sandbox's tmpfs, says which step and since when."""
+    inside it is stuck there), when the run ended and the harness does not answer, or as soon as
+    the run's report leaves the plan (tampered: waiting on would only wait for what the server
+    will never release, up to the run's whole time): the journal, read live from the sandbox's
+    tmpfs, says which step and since when."""
 
     def watch(read):
         events = worker.events(read)
         reading = journal.read(events, plan)
         waited = time.time() - (reading.step_started if reading.open_step else reading.last_time)
-        if not events or reading.tampered:
+        if not events:
             return None
+        if reading.tampered:
+            return "report off the plan"
         if reading.open_step and waited > worker.settings.cell_seconds:
             fired.append(reading.open_step)
             return "cell time limit"
