@@ -46,6 +46,8 @@ def mistaken_result(judge, given):
                 "causal.largest": torch.tensor([], dtype=torch.long)}, None
     if kind == "PaddedTokensJudge":
         return {}, given
+    if kind == "ParametersJudge":   # the probe returns the parameters' shapes, as lists
+        return None, {name: list(shape) for name, shape in given.items()}
     if kind == "FunctionJudge":
         return {"output": torch.zeros(judge.expected_shape), **given}, None
     return dict(given), None
@@ -64,6 +66,8 @@ def shows(judge, given) -> bool:
     """Whether a mistake changes what a record judge compares on this check's inputs (one that
     does not, on a single token say, cannot be named there, and the judge does not try)."""
     expected = getattr(judge, "expected", None)
+    if type(judge).__name__ == "ParametersJudge":
+        return given != expected
     if type(judge).__name__ == "MaskJudge":
         expected = {"output": expected}
     if not isinstance(given, dict) or not isinstance(expected, dict):
