@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy
 import pytest
@@ -141,7 +142,9 @@ def test_space_the_kernels_threads_freed_does_not_raise_the_cap():
     query block through (56 MiB), until the child measured its peak resident memory too. Run in a
     fresh interpreter, so that this process's own heaps do not decide it."""
     script = f"""
-import threading, torch
+import sys, threading, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_capped_call import tiled_row_maxima
 from transformer_lm import capped_call
 kept = []
 def work():
@@ -155,15 +158,12 @@ threads = [threading.Thread(target=work) for _ in range(4)]
 [thread.join() for thread in threads]
 def row():
     return torch.ones({CASE.block_q}, 7168).sum()
-def tiled():
-    q, k = torch.randn({CASE.block_q}, 2), torch.randn(7168, 2)
-    return torch.stack([(q @ k[s:s + 64].T).amax(-1) for s in range(0, 7168, 64)]).amax(0).shape
 try:
     capped_call.call_capped(row, {MEMORY_CAP}, seconds=60)
     print("served")
 except capped_call.CappedCallRaised as raised:
     print("refused", type(raised.error).__name__)
-print(capped_call.call_capped(tiled, {MEMORY_CAP}, seconds=60))
+print(capped_call.call_capped(tiled_row_maxima, {MEMORY_CAP}, seconds=60).shape)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

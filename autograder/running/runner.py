@@ -246,8 +246,8 @@ def run_submission(pre: Preflight, prepared: dict[str, Prepared], probe_cells: d
         result.attempts = attempt + 1
         if not attempts.run_once(remaining):
             break
-    left = time.monotonic() < deadline - 1 and result.attempts == settings.max_attempts
-    unreached = render(DEATH["out_of_attempts"], attempts=result.attempts) if left else DEATH["out_of_time"]
+    out_of_attempts = time.monotonic() < deadline - 1 and result.attempts == settings.max_attempts
+    unreached = render(DEATH["out_of_attempts"], attempts=result.attempts) if out_of_attempts else DEATH["out_of_time"]
     for pid in prepared:
         result.outcomes.setdefault(pid, ProbeOutcome("timeout", unreached))
     return result
