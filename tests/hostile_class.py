@@ -183,6 +183,11 @@ def writing_cell(course: Path) -> str:
     )
 
 
+COMPILED_HELPER = "import torch\n\ndouble = torch.compile(lambda t: t * 2, backend='eager')\nassert double(torch.ones(3)).sum() == 6\n"
+"""An ordinary cell that compiles a helper with ``torch.compile``: honest, whatever the grader's own
+dispatch modes leave unimported."""
+
+
 @dataclass
 class Case:
     """One submission and what it must get.
@@ -351,6 +356,9 @@ def cases(course: Path) -> list[Case]:
              {"softmax_stable": {"forbidden"}}),
         Case("honest_named_softmax", replace(good, "softmax_stable", NAMED_LIKE_THE_LIBRARY), 10,
              {item: {"passed"} for item in ITEMS}, message={"softmax_stable": "All hidden checks passed."}),
+        # torch._dynamo is first imported in the run (the grader's own modes never import it)
+        Case("honest_compiled", add_cell(good, COMPILED_HELPER, "softmax_stable"), 10,
+             {item: {"passed"} for item in ITEMS}),
         Case("fbd_helper", add_cell(replace(good, "softmax_stable", SOFTMAX_BY_HELPER), SOFTMAX_HELPER, "softmax_stable"),
              9, {"softmax_stable": {"forbidden"}}, message=RAN_SOFTMAX),
         Case("snoop_control", add_cell(replace(replace(good, "softmax_stable", SOFTMAX_IF_FOUND), "context_vectors",

@@ -93,29 +93,46 @@ def with_reference(record: dict[str, torch.Tensor], own: float) -> dict[str, tor
 
 
 class CourseFigures:
-    """The course's figures of one class's timed checks, made once, in the sandbox of the first worker
-    that needs them, and shared by the class's other workers, which wait for them.
+    """The course's figures of one class's timed checks, each made once, in the sandbox of a worker
+    that needs it, and shared by the class's other workers.
 
     Why once per class: the figure is a ratio of CPU times of calls made one after the other in
     one process (:func:`~transformer_lm.timed_judges.paired_ratio`), which the sandboxes of one
     machine and one set of limits share; made again in each worker's sandbox, it cost each
-    worker about six seconds of assignment 05's grading. A figure that could not be made (NaN) is
-    tried again at the next need."""
+    worker about six seconds of assignment 05's grading. Why one check at a time: a worker that
+    needs figures another is making makes the next one meanwhile, rather than wait for both. A
+    figure that could not be made (NaN) is tried again at the next need."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._figures: dict[tuple, float] = {}
+        self._making: set[tuple] = set()
 
     def of(self, worker, prepared: dict[str, Prepared], code: dict, limits, out: str) -> dict[str, float]:
         """The figures of ``prepared``'s timed probes under ``limits`` (see :func:`reference_figures`)."""
         key = (json.dumps(limits.absent, sort_keys=True), limits.memory_cap)
-        with self._lock:
-            missing = {pid: prep for pid, prep in prepared.items()
-                       if not self._figures.get((pid, *key), math.nan) > 0}
-            if missing:
-                made = reference_figures(worker, missing, code, limits, out)
-                self._figures.update({(pid, *key): figure for pid, figure in made.items()})
-            return {pid: self._figures[(pid, *key)] for pid in prepared}
+        tried: set[str] = set()
+        with self._changed:
+            while True:
+                missing = [pid for pid in prepared
+                           if pid not in tried and not self._figures.get((pid, *key), math.nan) > 0]
+                if not missing:
+                    return {pid: self._figures.get((pid, *key), math.nan) for pid in prepared}
+                free = [pid for pid in missing if (pid, *key) not in self._making]
+                if not free:
+                    self._changed.wait()
+                    continue
+                pid = free[0]
+                tried.add(pid)
+                self._making.add((pid, *key))
+                self._changed.release()
+                try:
+                    made = reference_figures(worker, {pid: prepared[pid]}, code, limits, out)[pid]
+                finally:
+                    self._changed.acquire()
+                    self._making.discard((pid, *key))
+                    self._changed.notify_all()
+                self._figures[(pid, *key)] = made
 
 
 def reference_figures(worker, prepared: dict[str, Prepared], code: dict, limits,

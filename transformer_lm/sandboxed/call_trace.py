@@ -17,9 +17,8 @@ import sys
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from transformer_lm.sandboxed.tensor_trace import tensors_in
+from transformer_lm.sandboxed.tensor_trace import DispatchMode, tensors_in
 
 
 MAX_TRACED_STACKS = 20
@@ -124,7 +123,7 @@ class _FunctionNames(TorchFunctionMode):
         return result
 
 
-class _OperatorNames(TorchDispatchMode):
+class _OperatorNames(DispatchMode):
     """Sees every ATen operator that runs (``aten::_softmax``), forward and backward."""
 
     def __init__(self, watch: _Watch):

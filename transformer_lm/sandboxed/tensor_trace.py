@@ -215,7 +215,19 @@ class TraceTotals:
         return record
 
 
-class TensorTrace(TorchDispatchMode):
+class DispatchMode(TorchDispatchMode):
+    """A dispatch mode whose ``__torch_dispatch__`` PyTorch leaves as written. By default it wraps the
+    method so that ``torch.compile`` skips it, and that wrapper imports ``torch._dynamo`` on the first
+    call: 1.6 s, paid by each grading sandbox as it starts and by a student's first visible check.
+    Nothing here is compiled; a student's ``torch.compile`` would trace into the mode, as PyTorch's
+    own example of this switch shows (``TorchDispatchMode._should_skip_dynamo``)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class TensorTrace(DispatchMode):
     """A dispatch mode that keeps :class:`TraceTotals` of what runs while it is on: the judged
     record of attention that must fit in memory (its fields: ``trace.largest``, ``trace.peak``,
     ...). In the grading sandbox, the grader's own subclass keeps them where no other code can

@@ -17,7 +17,6 @@ import types
 import weakref
 
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from transformer_lm.sandboxed import call_trace, tensor_trace
 
@@ -108,7 +107,7 @@ def trace_classes(send, names: frozenset[str], getframe=sys._getframe):
             _note(_getattr(func, "__name__", ""))
             return func(*args, **(kwargs or {}))
 
-    class OperatorNames(TorchDispatchMode):
+    class OperatorNames(tensor_trace.DispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None, _note=note):
             _note(func.name())
             return func(*args, **(kwargs or {}))
