@@ -15,6 +15,12 @@ run's end and the server's clean-up). The first request of each sandbox also wai
 
 With one worker (the default) the steps follow each other, and the shares are of the class's
 whole wall-clock time. With more, the steps of the workers overlap, and each share is of the sum.
+
+Beside it, the floor: the same class's work alone, in this process, with no isolation, one thread as
+in a run. Each notebook's code cells run in one IPython shell (emptied between notebooks) and each
+probe of its first run is called after its cell, as the plan places them (a timed probe once per
+window, a capped one without its cap, no trace); only the cells and the calls are timed, not the
+making of their inputs. What the grader adds to a submission is the difference.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autograder.judging import grading  # noqa: E402
+from autograder.reading.preflight import preflight  # noqa: E402
+from autograder.running.harness.run import _shell, window_record  # noqa: E402
+from autograder.running.run_plan import plan_of  # noqa: E402
+from transformer_lm.sandboxed import wire  # noqa: E402
 from autograder.reading import assignment as assignment_module  # noqa: E402
 from autograder.reading.config import load_settings  # noqa: E402
 from autograder.reading.course import Course  # noqa: E402
@@ -142,6 +152,54 @@ def instrument(clock: Clock) -> None:
     sandbox.Session.request = clock.timed(None, split_request(clock, sandbox.Session.request))
 
 
+def floor(course: Course, name: str) -> float:
+    """Seconds that the cells and probe calls of ``name``'s submissions take in this process alone (see
+    the module's docstring)."""
+    import torch
+
+    torch.set_num_threads(1)
+    assignment, shell, seconds = assignment_module.Assignment.load(course, name), _shell(), 0.0
+    for student in course.students(name):
+        for notebook, items in assignment.items.items():
+            path = course.submission_folder(name, student) / f"{notebook}.ipynb"
+            pre = preflight(path, assignment.release[notebook], items)
+            if pre.fatal:
+                continue
+            first_run = {pid for item in items for pid in item.probes() if pid not in assignment.stand_ins}
+            prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in first_run}
+            plan, tensors = plan_of(pre, prepared, {pid: assignment.answers[assignment.probe_item[pid]]
+                                                    for pid in prepared})
+            shell.reset()
+            for cell in plan["cells"]:
+                start = time.perf_counter()
+                if cell["source"]:
+                    shell.run_cell(cell["source"], store_history=False, silent=True)
+                seconds += time.perf_counter() - start
+                for pid in cell["probes"]:
+                    seconds += call_alone(pid, plan["calls"][pid], prepared[pid], tensors, shell.user_ns)
+    return seconds
+
+
+def call_alone(pid: str, call: dict, prepared, tensors: dict, namespace: dict) -> float:
+    """Seconds that probe ``pid``'s planned ``call`` takes in this process (each window of a timed one, on
+    inputs made before its clock starts); what the answer raises (a blank one) ends it, as in a run."""
+    windows = call.get("windows")
+    made = [prepared.clocked.inputs(window) for window in range(len(windows))] if windows else \
+        [{name: tensors[wire.tensor_key(call.get("tensors_of", pid), name)] for name in call["tensor_keys"]}]
+    seconds = 0.0
+    for window, inputs in enumerate(made):
+        start = time.perf_counter()
+        try:
+            if windows:
+                window_record(call, windows[window], inputs, namespace)
+            else:
+                wire.call_probe(call, namespace, inputs)
+        except Exception:  # noqa: BLE001 - the answer's error is a probe's result
+            return seconds + time.perf_counter() - start
+        seconds += time.perf_counter() - start
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignment", nargs="?", default="02_multihead_attention")
@@ -157,6 +215,7 @@ def main() -> None:
         start = time.perf_counter()
         pipeline.grade_and_record(course, args.assignment)
         whole = time.perf_counter() - start
+        alone = floor(course, args.assignment)
     if args.workers == 1:  # what no step above holds: the pipeline's glue, and the threads' hand-overs
         clock.charge("other", whole - sum(clock.seconds.values()))
     total = sum(clock.seconds.values())
@@ -165,6 +224,8 @@ def main() -> None:
     print(f"{'step':48s} {'ms/submission':>13s} {'share':>7s}")
     for step, seconds in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
         print(f"{step:48s} {seconds / args.students * 1000:13.1f} {seconds / total:7.1%}")
+    print(f"{'floor: cells and probes alone, one process':48s} {alone / args.students * 1000:13.1f} "
+          f"{alone / total:7.1%} (the class's wall-clock time: {whole / alone:.1f}x)")
 
 
 if __name__ == "__main__":

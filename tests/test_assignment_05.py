@@ -67,7 +67,7 @@ def graded(source_nb, tmp_path_factory):
     made = clocked.reference_figures
 
     def counted(worker, prepared, code, limits, out):
-        REFERENCE_RUNS.append((json.dumps(limits.absent, sort_keys=True), limits.memory_cap))
+        REFERENCE_RUNS.extend((pid, json.dumps(limits.absent, sort_keys=True), limits.memory_cap) for pid in prepared)
         return made(worker, prepared, code, limits, out)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -79,8 +79,9 @@ def graded(source_nb, tmp_path_factory):
 
 
 def test_the_courses_timed_figures_are_made_once_per_class_not_once_per_worker(graded):
-    """Two workers grade the class; the course's timed calls run once for each set of limits the
-    answers' runs had, and every timed item still got its figure (the solution keeps its points)."""
+    """Two workers grade the class; the course's timed calls of each check run once for each set of
+    limits the answers' runs had, and every timed item still got its figure (the solution keeps its
+    points)."""
     reports, _ = graded
     assert REFERENCE_RUNS and len(REFERENCE_RUNS) == len(set(REFERENCE_RUNS)), REFERENCE_RUNS
     assert reports["solution"]["causal_skipping"]["score"] == reports["solution"]["causal_skipping"]["max_score"]
