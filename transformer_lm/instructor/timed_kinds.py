@@ -52,8 +52,9 @@ and dv over every tile through, and with the fastest of five, once again."""
 REFERENCE_REPEATS = 3
 """How many times the course's code makes each window's call: its figure, made once per class
 and compared with every answer's, is the median of fifteen pairs, so that a moment of load
-when it was made does not move every answer's limit. (With five times, twenty-five pairs, the
-course's figures of ten classes made back to back spread no less: see docs/grading.md.)"""
+when it was made does not move every answer's limit. (Calibrated quiet and beside a CPU hog, the
+course's figure stayed within 0.65 to 0.70 for the forward and 0.68 to 0.71 for the backward with
+three times as with five: docs/grading.md.)"""
 FORWARD_NAMES = ("q", "k", "v")
 BACKWARD_NAMES = ("q", "k", "v", "out", "lse", "grad_out")
 
