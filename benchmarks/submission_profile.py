@@ -165,7 +165,7 @@ def floor(course: Course, name: str) -> float:
             pre = preflight(path, assignment.release[notebook], items)
             if pre.fatal:
                 continue
-            first_run = {pid for item in items for pid in item.probes() if pid not in assignment.stand_ins}
+            first_run = grading.first_run_probes(assignment, items, pre)
             prepared = {pid: assignment.prepared[pid] for pid in assignment.probe_item if pid in first_run}
             plan, tensors = plan_of(pre, prepared, {pid: assignment.answers[assignment.probe_item[pid]]
                                                     for pid in prepared})

@@ -183,7 +183,8 @@ def writing_cell(course: Path) -> str:
     )
 
 
-COMPILED_HELPER = "import torch\n\ndouble = torch.compile(lambda t: t * 2, backend='eager')\nassert double(torch.ones(3)).sum() == 6\n"
+COMPILED_HELPER = ("import torch\n\ndouble = torch.compile(lambda t: t * 2, backend='eager')\n"
+                   "assert double(torch.ones(3)).sum() == 6\n")
 """An ordinary cell that compiles a helper with ``torch.compile``: honest, whatever the grader's own
 dispatch modes leave unimported."""
 

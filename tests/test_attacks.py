@@ -109,7 +109,8 @@ def test_exhausting_the_machine_costs_a_neighbour_nothing(tmp_path):
     tools.grade_course(tmp_path, A, workers=2, cell_timeout=10)
     found = reports(tmp_path)
     for student in ("b_victim", "d_victim"):
-        lost = [(i["grade_id"], i["status"], i["message"][:300]) for i in found[student]["items"] if i["status"] != "passed"]
+        lost = [(i["grade_id"], i["status"], i["message"][:300])
+                for i in found[student]["items"] if i["status"] != "passed"]
         assert found[student]["total"] == 10 and found[student]["flags"] == [], (lost, found[student]["flags"])
     memory = {item["grade_id"]: item for item in found["a_memory"]["items"]}["online_softmax"]
     assert memory["status"] in ("killed", "error") and "memory" in memory["message"].lower(), memory

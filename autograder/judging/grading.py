@@ -80,11 +80,8 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
     pre = preflight(path, assignment.release[notebook], items)
     run = None
     if not pre.fatal:
-        ids = {i.grade_id for i in items} - set(pre.item_status)
         explaining = {pid for item in items for pid in item.probes(explaining=True)}
-        own = {pid for pid, gid in assignment.probe_item.items()
-               if gid in ids and pid not in assignment.stand_ins and pid not in explaining}
-        run = _run(assignment, pre, own, worker)
+        run = _run(assignment, pre, first_run_probes(assignment, items, pre), worker)
         failing, late_items = _late_items(assignment, notebook, pre, run)
         again = {pid for pid, gid in assignment.probe_item.items() if pid in assignment.stand_ins and gid in late_items
                  or pid in explaining and gid in failing - late_items} | _timed_again(assignment, run, failing)
@@ -98,6 +95,15 @@ def grade_notebook(assignment: Assignment, notebook: str, path: Path | None,
     for item in items:
         results[item.grade_id] = judge_item(item, notebook, assignment, pre, run, results)
     return list(results.values()), pre
+
+
+def first_run_probes(assignment: Assignment, items: list, pre: Preflight) -> set[str]:
+    """The probes of a notebook's first run: the checks that can cost points, of the items that
+    preflight left to the run, on the student's own code (no stand-ins)."""
+    ids = {i.grade_id for i in items} - set(pre.item_status)
+    explaining = {pid for item in items for pid in item.probes(explaining=True)}
+    return {pid for pid, gid in assignment.probe_item.items()
+            if gid in ids and pid not in assignment.stand_ins and pid not in explaining}
 
 
 def _run(assignment: Assignment, pre: Preflight, pids: set[str], worker: runner.Worker) -> runner.RunResult:
