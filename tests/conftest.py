@@ -64,7 +64,8 @@ def released_run(request):
 # How xdist shares the files between workers (make test: tests/scheduling.py, in this order)
 # --------------------------------------------------------------------------------------
 
-LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_outside_truth.py", "test_student_kit.py", "test_grading.py",
+LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_outside_truth.py", "test_outside_truth_visible.py",
+                 "test_student_kit.py", "test_grading.py",
                  "test_assignment_04.py", "test_service_hub.py", "test_notebook_fuzz.py",
                  "test_visible_and_hidden_agree.py", "test_hardening.py", "test_report.py", "test_assignment_01.py",
                  "test_benchmark_anchor.py", "test_adding_an_assignment.py"]

@@ -4,8 +4,8 @@ cores busy to the end.
 
 - The files that use the session's hostile class (conftest's ``graded_class``) go to one worker
   together, so that the class is graded once per run, not once per worker.
-- The tests of ``SPLIT_FILES`` share no fixture and each takes a minute or more; each is a unit of
-  its own, so that both workers take them.
+- The tests of ``SPLIT_FILES`` share no fixture and each takes tens of seconds or more; each is a
+  unit of its own, so that both workers take them.
 
 Units are handed out in the order of the collection, which conftest sorts longest first (with
 ``--no-loadscope-reorder``; xdist otherwise sorts units by their number of tests).
@@ -17,7 +17,7 @@ from xdist.scheduler import LoadFileScheduling
 
 TESTS = Path(__file__).resolve().parent
 SHARED_FIXTURE = "graded_class"
-SPLIT_FILES = {"test_audit.py", "test_visible_and_hidden_agree.py"}
+SPLIT_FILES = {"test_audit.py", "test_visible_and_hidden_agree.py", "test_outside_truth_visible.py"}
 
 
 def files_using(fixture: str) -> set[str]:
