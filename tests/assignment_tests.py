@@ -6,10 +6,11 @@ Each ``tests/test_assignment_<NN>.py`` puts them in its own namespace::
     globals().update(assignment_tests.tests_for(ROW))
 
 so that pytest collects them there, beside the assignment's own tests, with the same module-scoped
-fixtures (the notebooks executed once, the class graded once), and the scheduler
-(``tests/scheduling.py``) sends them with their file. The fixtures they take: ``source_nb``,
-``solved`` and ``released_run`` (``tests/conftest.py``), and ``solution_and_blank``, which each
-module defines from the class it grades: the reports of the solution and of the blank release.
+fixtures (the notebooks read once, the class graded once), and the scheduler
+(``tests/scheduling.py``) sends them with their file. The fixtures they take: ``source_nb``
+(``tests/conftest.py``), ``solved`` and ``released_run`` (the student kit's runs of the release,
+``tests/kit_fixtures.py``), and ``solution_and_blank``, which each module defines from the class it
+grades: the reports of the solution and of the blank release.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""Shared fixtures: one hostile class of assignment 01, graded once per test session, and each
-assignment's notebooks for its test module (whose ``ROW`` is its row of tests/assignments.py); how
-the workers share the files; and the TA's image, built once per run, in the background."""
+"""Shared fixtures: one hostile class of assignment 01, graded once per test session, the student
+kit with every notebook run in it (tests/kit_fixtures.py: each assignment's ``solved`` and
+``released_run`` for its test module, whose ``ROW`` is its row of tests/assignments.py), and the
+solution notebook; how the workers share the files; and the TA's image, built once per run, in the
+background."""
 
 import hashlib
 import os
@@ -26,6 +28,7 @@ from autograder.running import sandbox
 from autograder.reading.course import Course
 
 CELL_TIMEOUT = "5"
+pytest_plugins = ["kit_fixtures"]
 
 
 def fingerprint(paths):
@@ -56,25 +59,12 @@ def source_nb(request):
     return tools.read(request.module.ROW.source_path)
 
 
-@pytest.fixture(scope="module")
-def solved(request, source_nb):
-    """The solution notebook, executed once, each cell within its row's ``cell_timeout``."""
-    row = request.module.ROW
-    return tools.execute(source_nb, cwd=row.source_dir, timeout=row.cell_timeout)
-
-
-@pytest.fixture(scope="module")
-def released_run(request):
-    """The committed student notebook, executed with errors allowed."""
-    return tools.execute(request.module.ROW.release_path, allow_errors=True)
-
-
 # --------------------------------------------------------------------------------------
 # How xdist shares the files between workers (make test: tests/scheduling.py, in this order)
 # --------------------------------------------------------------------------------------
 
-LONGEST_FIRST = ["test_attacks.py", "test_audit.py", "test_outside_truth.py", "test_outside_truth_visible.py",
-                 "test_student_kit.py", "test_grading.py",
+LONGEST_FIRST = ["test_student_kit.py", "test_attacks.py", "test_audit.py", "test_outside_truth.py",
+                 "test_outside_truth_visible.py", "test_grading.py",
                  "test_assignment_04.py", "test_service_hub.py", "test_notebook_fuzz.py",
                  "test_visible_and_hidden_agree.py", "test_hardening.py", "test_report.py", "test_assignment_01.py",
                  "test_benchmark_anchor.py", "test_adding_an_assignment.py"]

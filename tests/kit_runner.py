@@ -1,12 +1,12 @@
-"""Run by the student kit's own Python (tests/test_student_kit.py), where only the kit's package is
+"""Run by the student kit's own Python (tests/kit_fixtures.py), where only the kit's package is
 installed: executes notebooks in that environment's kernel, and has each stored visible check judge
 what each of its catalogued mistakes gives. Imports nothing of the course but the kit's package.
 
     python kit_runner.py JOBS.json OUT.json
 
-JOBS: {"notebooks": [{"path", "out", "cwd", "allow_errors"}], "names": true}. OUT: where the
-package came from, whether the reference can be imported, and for "names" each mistake a stored
-check was given and the one it named.
+JOBS: {"notebooks": [{"path", "out", "cwd", "allow_errors", "timeout"}], "names": true}, where
+``timeout`` is the seconds a cell may take. OUT: where the package came from, whether the reference
+can be imported, and for "names" each mistake a stored check was given and the one it named.
 """
 
 import importlib.util
@@ -25,7 +25,7 @@ HIDDEN_MODULES = ("transformer_lm.instructor", "transformer_lm.instructor.refere
 
 def execute(job: dict) -> None:
     nb = nbformat.read(job["path"], as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=job["allow_errors"],
+    NotebookClient(nb, timeout=job["timeout"], kernel_name="python3", allow_errors=job["allow_errors"],
                    resources={"metadata": {"path": job["cwd"]}}).execute()
     nbformat.write(nb, job["out"])
 

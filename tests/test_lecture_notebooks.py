@@ -1,8 +1,9 @@
-"""The ungraded lecture notebooks in notebooks/: committed without outputs, and each one runs
-top to bottom in a real kernel and draws every figure it shows. The notebooks check their own
-step-by-step computations with assertions (against PyTorch's own functions, never the course's
-reference, which students do not receive), so a cell that disagrees fails here too. The GPT notebook must also reach the accuracy it
-states and show the attention pattern its text describes."""
+"""The ungraded lecture notebooks in notebooks/: committed without outputs, and each one runs top
+to bottom in a real kernel of the student kit's environment (tests/kit_fixtures.py) and draws every
+figure it shows. The notebooks check their own step-by-step computations with assertions (against
+PyTorch's own functions, never the course's reference, which students do not receive), so a cell that
+disagrees fails here too. The GPT notebook must also reach the accuracy it states and show the
+attention pattern its text describes."""
 
 import re
 
@@ -52,10 +53,11 @@ def test_is_committed_clean(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_runs_top_to_bottom_and_draws_its_figures(path, monkeypatch):
-    # The kernel inherits this environment; an MPLBACKEND=Agg set by CI would draw nothing.
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    nb = tools.execute(path, cwd=NOTEBOOK_DIR)
+def test_runs_top_to_bottom_and_draws_its_figures(path, kit_runs):
+    """As the student kit ran it (tests/kit_fixtures.py), in the environment students have."""
+    nb = tools.read(kit_runs[0] / path.name)
+    failed = [(cell.id, tools.errors(cell)) for cell in nb.cells if cell.cell_type == "code" and tools.errors(cell)]
+    assert failed == []
     shows = sum(cell.source.count("plt.show()") for cell in nb.cells if cell.cell_type == "code")
     assert shows >= 1, "a lecture notebook should show at least one figure"
     assert len(outputs(nb, "image/png")) == shows, "a plt.show() drew no figure"

@@ -4,10 +4,11 @@ works on its own.
 A student's copy of the kit is set up by the kit README's own steps: a fresh virtual environment
 made from the kit's requirements.txt alone (the pinned libraries, from the package registry, and
 the kit's wheel), which sees neither the course's environment nor its repository, with nbgrader's
-instructor tools turned off. There, run by tests/kit_runner.py:
+instructor tools turned off. There, run by tests/kit_runner.py once per test session
+(tests/kit_fixtures.py, whose runs the assignments' and the lectures' own tests read too):
 
 * every release notebook runs with its answers blank and every visible check says TODO (its
-  demonstrations, training runs and plots, left out: they call answers not written yet);
+  demonstrations run too, and fail where they call an answer not written yet);
 * with the solutions' answers put in, every release notebook runs top to bottom without an error,
   demonstrations included, and every visible check passes;
 * every lecture notebook runs top to bottom;
@@ -27,8 +28,6 @@ import ast
 import json
 import re
 import shutil
-import subprocess
-import sys
 import sysconfig
 import time
 import zipfile
@@ -43,89 +42,12 @@ import browser_tools
 import notebook_tools as tools
 from autograder.commands import student_kit
 from autograder.reading.errors import GradingError
-from autograder.reading.preflight import SKIP_TAG
 from transformer_lm import grader_check
 
 pytestmark = pytest.mark.timeout(1800)  # the first run test sets up the kit's environment and runs every notebook
 ROOT = tools.REPO_ROOT
 SOLVED_ONLY = "each row sums to 1"   # a comment of context_vectors' answer, which the release does not have
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "release").iterdir() if p.is_dir())
-
-
-def without_demonstrations(nb):
-    nb.cells = [cell for cell in nb.cells if SKIP_TAG not in cell.get("metadata", {}).get("tags", [])]
-    return nb
-
-
-@pytest.fixture(scope="module")
-def kit(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("kit") / "student-kit"
-    made = subprocess.run([sys.executable, "-m", "autograder", "student-kit", str(folder)], capture_output=True,
-                          text=True, cwd=tmp_path_factory.getbasetemp())
-    assert made.returncode == 0, made.stderr
-    assert "It holds no solution" in made.stdout
-    return folder
-
-
-def readme_steps(folder: Path, heading: str) -> str:
-    """The shell lines of the first ``bash`` block under ``heading`` in the kit's README, as a
-    student copies them."""
-    section = (folder / "README.md").read_text().split(f"## {heading}", 1)[1]
-    return section.split("```bash\n", 1)[1].split("```", 1)[0]
-
-
-@pytest.fixture(scope="module")
-def course_folder(kit, tmp_path_factory):
-    """A student's copy of the kit, set up by the kit README's own steps, run as written from the
-    folder: a fresh virtual environment made from the kit's requirements.txt alone (the pinned
-    libraries and the kit's wheel), with nothing of the course's environment or repository on its
-    paths, and nbgrader's instructor tools turned off."""
-    folder = tmp_path_factory.mktemp("student") / "course"
-    shutil.copytree(kit, folder)
-    steps = readme_steps(folder, "Set up (once)")
-    made = subprocess.run(["bash", "-euo", "pipefail", "-c", steps], cwd=folder, env=tools.outside_the_course(),
-                          capture_output=True, text=True)
-    assert made.returncode == 0, f"the README's set-up failed:\n{steps}\n{made.stdout[-3000:]}{made.stderr[-3000:]}"
-    return folder
-
-
-@pytest.fixture(scope="module")
-def kit_python(course_folder):
-    return course_folder / ".venv" / "bin" / "python"
-
-
-KERNEL_PROBE = "import json, kit_runner\nprint(json.dumps(kit_runner.what_it_sees()))"
-"""What the notebooks' kernel sees, asked as the runner asks its own process (the kernel starts in the
-runner's folder)."""
-
-
-@pytest.fixture(scope="module")
-def kit_runs(course_folder, kit_python, tmp_path_factory):
-    """In the student's environment: every release notebook blank (its demonstrations left out,
-    since they call answers not written yet) and with the solutions' answers put in (top to
-    bottom, demonstrations included), every lecture, and a probe of what the kernel imports."""
-    work = tmp_path_factory.mktemp("runs")
-    jobs = []
-    for assignment in ASSIGNMENTS:
-        [released] = (course_folder / "assignments" / assignment).glob("*.ipynb")
-        [source] = (ROOT / "source" / assignment).glob("*.ipynb")
-        for kind, nb in (("blank", without_demonstrations(tools.read(released))),
-                         ("filled", tools.filled_in(released, source))):
-            path = work / f"{assignment}-{kind}.ipynb"
-            nbformat.write(nb, path)
-            jobs.append({"path": str(path), "out": str(path), "cwd": str(released.parent), "allow_errors": True})
-    for lecture in sorted((course_folder / "lectures").glob("*.ipynb")):
-        jobs.append({"path": str(lecture), "out": str(work / lecture.name), "cwd": str(lecture.parent),
-                     "allow_errors": True})
-    probe = work / "probe.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_PROBE)]), probe)
-    jobs.append({"path": str(probe), "out": str(probe), "cwd": str(work), "allow_errors": False})
-    (work / "jobs.json").write_text(json.dumps({"notebooks": jobs, "names": True}))
-    shutil.copy(ROOT / "tests" / "kit_runner.py", work)   # run from here, so that no folder of the course is on its path
-    ran = subprocess.run([kit_python, work / "kit_runner.py", work / "jobs.json", work / "out.json"],
-                         capture_output=True, text=True, cwd=work)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return work, json.loads((work / "out.json").read_text())
 
 
 def test_the_kit_holds_what_students_need_and_nothing_of_the_instructors(kit):
