@@ -47,8 +47,8 @@ def fixtures_used(path: Path) -> set[str]:
 def shared_units() -> dict[str, str]:
     """Each test file that uses a fixture of ``SHARED``, to the name of its unit: the groups joined
     wherever one file uses fixtures of two."""
-    groups = {path.name: {name for name, fixtures in SHARED.items() if fixtures & fixtures_used(path)}
-              for path in TESTS.glob("test_*.py")}
+    used = {path.name: fixtures_used(path) for path in TESTS.glob("test_*.py")}
+    groups = {file: {name for name, fixtures in SHARED.items() if fixtures & found} for file, found in used.items()}
     joined = {name: {name} for name in SHARED}
     for found in groups.values():
         merged = set().union(*(joined[name] for name in found))
