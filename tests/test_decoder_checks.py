@@ -2,12 +2,18 @@
 every visible check, and each catalogued mistake of rotary embeddings, grouped-query attention
 and sliding windows is caught and named by the visible check that concerns it."""
 
+import runpy
+
 import pytest
 import torch
 
+import notebook_tools as tools
+from autograder.reading.spec import Also
 from live_checks import visible
 from transformer_lm import catalog, checks
 from transformer_lm.instructor import mistakes, reference
+from transformer_lm.instructor.decoder_kinds import RopeCheck
+from transformer_lm.instructor.kinds import function_records
 from transformer_lm.flaws import DecoderFlaws
 from transformer_lm.judging import CheckFailed
 
@@ -58,6 +64,52 @@ def test_every_rope_mistake_is_caught_and_named(mistake):
     with pytest.raises(CheckFailed) as failure:
         checks.check_rope(apply_rope)
     assert mistake.title in str(failure.value), str(failure.value)
+
+
+def hidden_rope_checks():
+    """The hidden checks of ``apply_rope`` (assignment 06), each case of those wrapped in ``Also``."""
+    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "06_modern_attention.py"))["ITEMS"]
+    item = next(item for item in items if item.grade_id == "apply_rope")
+    return [check.check if isinstance(check, Also) else check for check in item.checks]
+
+
+def float32_rope(x, positions, base=10000.0):
+    """Rotary embeddings with their angles in float32, as Llama's code in Hugging Face transformers computes them."""
+    half = x.shape[-1] // 2
+    inverse = 1.0 / base ** (torch.arange(half, dtype=torch.float32) * 2 / x.shape[-1])
+    angles = positions.float()[..., None] * inverse
+    if positions.dim() == 2:
+        angles = angles[:, None]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], dim=-1)
+
+
+def slipped_rope(x, positions, base=10000.0):
+    """Rotary embeddings at positions off by a hundredth of a step: wrong, though close."""
+    return reference.apply_rope(x, positions.double() * (1 + 0.01 / positions.max().clamp(min=1)), base)
+
+
+def judged(check: RopeCheck, answer, secret: int):
+    """The hidden judge's verdict on ``answer`` for ``check`` drawn from ``secret``."""
+    prepared = check.prepare(torch.Generator().manual_seed(secret))
+    tensors = prepared.call.tensors
+    inputs = {"x": tensors["inputs/x"], "positions": tensors["inputs/positions"]}
+    record = function_records(lambda x, positions: answer(x, positions, check.base), inputs, tensors["grad_output"])
+    return prepared.judge(record, None, values=False)
+
+
+def test_rope_with_float32_angles_passes_every_hidden_check_on_every_secret():
+    """At position 300 a float32 angle is off by about 2e-5 rad; with the plain tolerance it lost
+    its points on about one secret in 200."""
+    for check in hidden_rope_checks():
+        failed = [secret for secret in range(400) if not judged(check, float32_rope, secret).passed]
+        assert not failed, (check, failed)
+
+
+def test_rope_at_positions_a_hundredth_of_a_step_off_fails_the_late_hidden_check():
+    late = max(hidden_rope_checks(), key=lambda check: check.start)
+    assert late.start >= 300
+    assert not any(judged(late, slipped_rope, secret).passed for secret in range(20))
 
 
 @pytest.mark.parametrize("mistake", catalog.decoder_mistakes("gqa") + catalog.decoder_mistakes("window")

@@ -1,6 +1,7 @@
-"""Judges of assignment 06's answers whose records are not compared number by number: the
+"""Judges of assignment 06's answers whose records are not compared number by number (the
 sliding-window mask, the size of a KV cache, the positions and mask of a left-padded batch, and
-the tokens of padded generation.
+the tokens of padded generation), and the judge of rotary embeddings, whose tolerance grows with
+the position.
 
 Each is data (what the reference gave, and what catalogued mistakes give, on the check's inputs):
 :mod:`transformer_lm.instructor.decoder_kinds` makes them with the reference, and :mod:`transformer_lm.stored`
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer_lm import catalog
-from transformer_lm.judging import Verdict
+from transformer_lm.judging import ATOL, RTOL, RecordJudge, Verdict
 from transformer_lm.verdict_texts import render
 
 TEXTS = {
@@ -216,4 +217,33 @@ class PaddedTokensJudge:
                        self.refused if again else None)
 
 
-JUDGES = (MaskJudge, BytesJudge, PaddingJudge, PaddedTokensJudge)
+FLOAT32_TURN = 4 * 2.0 ** -23
+"""How far an angle ``p * ω`` (``ω <= 1``) computed in float32 may be from the exact one, in
+radians per unit of ``p``: ``ω`` rounded and the product rounded are off by at most 1.5 units in
+the last place of ``p``; four leave room for a power computed a few units off. Measured on
+four float32 writings at positions 300 and 3000: at most 0.2 units of ``p``."""
+
+
+@dataclass
+class RopeJudge(RecordJudge):
+    """The values of rotary embeddings at positions up to ``last_position``. Turning a pair
+    ``(x[i], x[i + d/2])`` by an angle off by δ moves it by at most δ times the pair's length, so an
+    answer whose angles are computed in float32 (as Llama's code in Hugging Face transformers
+    does), where the reference computes them in float64, is off by up to
+    :data:`FLOAT32_TURN` times the position times the longest pair: that is added to the
+    tolerance. The same holds for the gradient of ``x``, turned back by the same angles."""
+
+    last_position: int = 0
+
+    def tolerance(self) -> dict[str, float]:
+        longest = max(float(pair_lengths(value).max()) for value in self.expected.values())
+        return {"rtol": RTOL, "atol": ATOL + FLOAT32_TURN * self.last_position * longest}
+
+
+def pair_lengths(values: torch.Tensor) -> torch.Tensor:
+    """The length of each half-split pair ``(values[..., i], values[..., i + d/2])``."""
+    first, second = values.double().chunk(2, dim=-1)
+    return torch.hypot(first, second)
+
+
+JUDGES = (MaskJudge, BytesJudge, PaddingJudge, PaddedTokensJudge, RopeJudge)

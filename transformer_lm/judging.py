@@ -309,9 +309,13 @@ class RecordJudge:
     labels: dict[str, str] | None = None   # how a failure's message speaks of a record's key
     inputs: dict[str, torch.Tensor] | None = None   # the inputs whose exp overflows (:func:`overflowing`)
 
+    def tolerance(self) -> dict[str, float]:
+        """How far a value may be from the expected one; a judge whose honest answers err more widens it."""
+        return {"rtol": RTOL, "atol": ATOL}
+
     def __call__(self, record: dict[str, torch.Tensor], value, values: bool) -> Verdict:
         later = isinstance(self.candidates, Computed)
-        said = dict(values=values, labels=self.labels, inputs=self.inputs)
+        said = dict(values=values, labels=self.labels, inputs=self.inputs, **self.tolerance())
         verdict = judge(record, self.expected, None if later else self.candidates, **said)
         if later and not verdict.passed:
             verdict = judge(record, self.expected, self.candidates(), **said)

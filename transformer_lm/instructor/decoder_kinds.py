@@ -10,6 +10,7 @@ never start at 0 unless a case says so: a cache or left padding moves them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import KW_ONLY, dataclass
 
 import torch
@@ -18,7 +19,7 @@ from transformer_lm import catalog
 from transformer_lm.instructor import mistakes
 from transformer_lm.instructor import reference
 from transformer_lm.random_weights import randomize
-from transformer_lm.decoder_judges import BytesJudge, MaskJudge, PaddedTokensJudge, PaddingJudge
+from transformer_lm.decoder_judges import BytesJudge, MaskJudge, PaddedTokensJudge, PaddingJudge, RopeJudge
 from transformer_lm.judging import RecordJudge
 from transformer_lm.instructor.kinds import function_check, module_case
 from transformer_lm.prepared import Prepared, ProbeCall
@@ -35,7 +36,8 @@ def positions_for(batch: int, seq: int, start: int, per_sequence: bool) -> torch
 @dataclass(frozen=True)
 class RopeCheck:
     """``object(x, positions, base=...)`` rotates ``x`` ``(batch, heads, seq, head_dim)`` as
-    :func:`reference.apply_rope` does: values and the gradient of ``x``."""
+    :func:`reference.apply_rope` does: values and the gradient of ``x``, within a tolerance that
+    lets the angles be computed in float32 (:class:`transformer_lm.decoder_judges.RopeJudge`)."""
 
     object: str
     _: KW_ONLY
@@ -61,8 +63,10 @@ class RopeCheck:
         inputs = {"x": x, "positions": positions_for(self.batch, self.seq, self.start, self.per_sequence)}
         candidates = {m: {"output": mistakes.flawed_apply_rope(x, inputs["positions"], self.base, m.flaws)}
                       for m in catalog.decoder_mistakes("rope")}
+        last_position = int(inputs["positions"].max())
         return function_check(self.object, lambda x, positions: reference.apply_rope(x, positions, self.base), inputs,
-                              torch.randn(x.shape, generator=generator), candidates, {"base": self.base})
+                              torch.randn(x.shape, generator=generator), candidates, {"base": self.base},
+                              judge=functools.partial(RopeJudge, last_position=last_position))
 
 
 @dataclass(frozen=True)

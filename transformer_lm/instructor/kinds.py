@@ -21,9 +21,8 @@ from typing import Callable, Protocol
 
 import torch
 
-from transformer_lm.instructor import adapters, reference
 from transformer_lm import catalog
-from transformer_lm.instructor import mistakes
+from transformer_lm.instructor import adapters, mistakes, reference
 from transformer_lm.instructor.cases import AttentionAPI, AttentionCase, BlockCase, CaseTensors, make_case_tensors
 from transformer_lm.judging import ParametersJudge, RaisesJudge, RecordJudge, Verdict, overflowing
 from transformer_lm.instructor.mistake_family import MistakeFamily
@@ -265,17 +264,18 @@ class CallCheck:
 
 def function_check(name: str, expected_fn, inputs: dict[str, torch.Tensor], grad_output: torch.Tensor | None = None,
                    candidates: dict | None = None, call_kwargs: dict | None = None,
-                   raised: dict[str, catalog.Mistake] | None = None) -> Prepared:
+                   raised: dict[str, catalog.Mistake] | None = None, judge=RecordJudge) -> Prepared:
     """The check of function ``name`` on given ``inputs`` (and ``grad_output``, for gradients)
     against ``expected_fn``: what :class:`CallCheck` prepares once it has drawn them. The
     student's function also gets ``call_kwargs``, which ``expected_fn`` must already hold. Inputs
     whose exp overflows (a softmax's scores in the hundreds) go to the judge too, so that an
     answer that overflows on them is told so, with the row that did. ``raised``: the mistakes
-    whose twins raise an error on these inputs, by its type (:meth:`MistakeFamily.raised`)."""
+    whose twins raise an error on these inputs, by its type (:meth:`MistakeFamily.raised`); ``judge``
+    makes the judge (a :class:`RecordJudge`, or one whose honest answers may be further off)."""
     expected = function_records(expected_fn, inputs, grad_output)
     call = ProbeCall.of(probes.probe_function, {"fn": name},
                         {"inputs": inputs, "grad_output": grad_output, "call_kwargs": call_kwargs})
-    return Prepared(call, RecordJudge(expected, candidates, inputs=overflowing(inputs)), raised=raised or {})
+    return Prepared(call, judge(expected, candidates, inputs=overflowing(inputs)), raised=raised or {})
 
 
 @dataclass(frozen=True)
