@@ -320,12 +320,15 @@ def test_layers_made_the_wrong_way_round_cost_the_constructor_alone_and_are_name
     assert (init["status"], init["score"], init["mistake"]) == ("failed", 0, title), init
     forward = swapped["self_attention_forward"]
     assert (forward["status"], forward["score"]) == ("passed", ROW.points["self_attention_forward"]), forward
+    # the course's layers stood in, under the student's own forward: not the whole class
+    assert "run on the course's layers q, k and v of SelfAttention in place of yours" in forward["message"], forward
     assert swapped[""]["total"] == swapped[""]["max_total"] - 1
     both = reports["swapped_unscaled"]
     assert (both["self_attention_init"]["score"], both["self_attention_init"]["mistake"]) == (0, title)
     forward = both["self_attention_forward"]
     assert (forward["status"], forward["score"]) == ("failed", 0), forward
     assert forward["mistake"] == catalog.BY_NAME["no_scaling"].title, forward
+    assert forward["message"].startswith("With the course's layers q, k and v of SelfAttention in place of yours: ")
 
 
 def test_spacing_pep8_allows_keeps_every_point(reports):

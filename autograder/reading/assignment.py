@@ -41,6 +41,7 @@ class Assignment:
     course_code: dict[str, dict] = field(default_factory=dict)  # grade_id -> its late run's course code (CourseCode)
     texts: dict[str, str] = field(default_factory=dict)  # the checks file's own TEXTS (its judges' templates)
     reference_code: dict = field(default_factory=dict)  # the course's code that makes the timed checks' calls
+    shown_as: dict[str, str] = field(default_factory=dict)  # a stand-in's name -> what the feedback calls it
 
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
@@ -77,7 +78,7 @@ class Assignment:
                             {n for names in defined.values() for n in names})
         return cls(name, release, items, prepared, probe_item, {i.grade_id: i.points for i in all_items},
                    {i.grade_id: i.answer_id for i in all_items}, checks_version(course, name), below, stand_ins, code,
-                   getattr(module, "TEXTS", {}), code.pop(TIMED_REFERENCE, {}))
+                   getattr(module, "TEXTS", {}), code.pop(TIMED_REFERENCE, {}), _shown_as(course, name))
 
 
 def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dict[str, list[str]]:
@@ -96,6 +97,19 @@ def _builds_on(all_items: list[Item], by_notebook: dict[str, list[Item]]) -> dic
             raise GradingError(f"Item {item.grade_id!r} builds on items that define nothing the course's code can "
                                f"stand in for: give them defines=(...).")
     return below
+
+
+def _shown_as(course: Course, assignment: str) -> dict[str, str]:
+    """The stand-ins file's ``SHOWN_AS`` (a literal dict; the file itself runs only in the sandbox):
+    what the feedback calls the course's code that stands in for a name, where that code is not
+    the whole of it (the course's layers in the student's own class, say)."""
+    path = course.stand_ins_file(assignment)
+    if not path.exists():
+        return {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHOWN_AS"]:
+            return ast.literal_eval(node.value)
+    return {}
 
 
 def _course_code(course: Course, assignment: str, late: dict[str, list[str]], defines: set[str]) -> dict[str, dict]:

@@ -219,11 +219,13 @@ def _on_course_code(names: frozenset[str]) -> re.Pattern:
 
 def course_names(assignment) -> set[str]:
     """The names of an assignment (:class:`autograder.reading.assignment.Assignment`) that a catalogue text
-    may give: its items and answers, the library calls they forbid, the course's stand-ins."""
+    may give: its items and answers, the library calls they forbid, the course's stand-ins (as the
+    feedback calls them)."""
     items = [item for listed in assignment.items.values() for item in listed]
     names = {name for item in items for name in (item.grade_id, item.answer_id, *map(forbidden_name, item.forbids),
                                                  *runtime_names(item.forbids).values())}
-    return names | {name for stand_ins in assignment.stand_ins.values() for name in stand_ins}
+    return names | {assignment.shown_as.get(name, name) for stand_ins in assignment.stand_ins.values()
+                    for name in stand_ins}
 
 
 def probe_grammar(names: Iterable[str]) -> re.Pattern:

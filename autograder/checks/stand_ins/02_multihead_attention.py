@@ -11,6 +11,9 @@ runs.
 
 from torch import nn
 
+SHOWN_AS = {"SelfAttention": "layers q, k and v of SelfAttention"}
+"""What the feedback calls the course's code here: the layers, under the student's own ``forward``."""
+
 
 class _Empty(nn.Module):
     """What the course's layers are built on where no student's class is defined (a test loads
