@@ -125,6 +125,27 @@ def test_a_constructor_that_accepts_a_width_the_heads_cannot_share_is_named():
     assert check_here(unchecked, {"Flawed": Checked}).passed
 
 
+def test_an_input_that_no_gradient_reaches_is_told_so():
+    """A forward that detaches its input still trains its layers (the output needs a gradient),
+    but the gradient of x is zero: the message says that nothing reaches x, and why it may be."""
+    case = AttentionCase(batch=2, seq=3, d_in=4, d_out=4)
+
+    class Detached(nn.Module):   # assignment 02's SelfAttention, its input detached
+        def __init__(self, input_size, hidden):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(input_size, hidden) for _ in range(3))
+
+        def forward(self, x):
+            x = x.detach()
+            scores = self.q(x) @ self.k(x).transpose(-2, -1) / self.q.out_features ** 0.5
+            return torch.softmax(scores, dim=-1) @ self.v(x)
+
+    with pytest.raises(checks.CheckFailed) as failure:
+        check_here(AttentionCheck("Detached", adapters.SELF_ATTENTION, case), {"Detached": Detached})
+    assert "the gradient of x has the right shape" in str(failure.value)
+    assert "It is zero: no gradient reaches x through autograd" in str(failure.value)
+
+
 def test_failure_message_shows_expected_got_and_largest_error():
     message = checks.difference("output", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
     assert "largest error is 0.5" in message and "expected 2.5" in message and "got 2" in message

@@ -4,14 +4,13 @@ Tolerance policy (float32, the same everywhere): ``|got - expected| <= ATOL + RT
 element-wise, for outputs and for gradients. Shapes are compared first, then values, then
 gradients. When an answer is wrong, :func:`identify_mistake` compares it with the records that
 the catalogued mistakes give on the same inputs (:mod:`transformer_lm.instructor.mistakes` computes them),
-so that the message can name the mistake (:mod:`transformer_lm.catalog`). Visible checks in the
-student's kernel and the grader's trusted process judge with these same functions; only the grader hides expected values (``values=False``).
+so that the message can name the mistake (:mod:`transformer_lm.catalog`). Visible checks in the student's
+kernel and the grader's trusted process judge alike; only the grader hides expected values (``values=False``).
 """
 
 from __future__ import annotations
 
 import builtins
-
 import math
 import sys
 import threading
@@ -25,8 +24,6 @@ from transformer_lm import catalog
 from transformer_lm.verdict_texts import fit, numbers, render
 
 RTOL = 1e-4
-
-
 ATOL = 1e-5
 
 TEXTS = {
@@ -49,6 +46,7 @@ TEXTS = {
                     "index {first:shape}, where they first differ:\n  expected {expected_row:numbers}\n  "
                     "got      {got_row:numbers}",
     "gradient_of": "the gradient of {name:label}",
+    "no_gradient": " It is zero: no gradient reaches {name:label} through autograd (.detach() or no_grad?).",
     "not_produced": "{name:label} was not produced.",
     "not_the_same_twice": "Two calls in eval mode on the same input gave different outputs.",
     "passed_gradients": "Correct: outputs and gradients match the reference.",
@@ -266,6 +264,8 @@ def judge(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
         if key not in got:
             return Verdict("failed", render(TEXTS["not_produced"], name=label))
         problem = difference(label, got[key], expected[key], rtol, atol, values)
+        if problem and key.startswith("grad.") and not got[key].any() and expected[key].any():
+            problem += render(TEXTS["no_gradient"], name=key[len("grad."):])
         if problem and key == "output" and inputs:
             problem = overflow(label, got[key], expected[key], inputs, values) or problem
         if problem:
