@@ -91,8 +91,9 @@ def record_class(course: Course, assignment: str, results: list[SubmissionResult
             unchanged = {nb: record.unchanged_answers(cells[nb], release[nb]) for nb in cells if nb in release}
             record.record_in_gradebook(gb, result, unchanged, timestamp)
             recorded.append(result)
+        late = [result for result in recorded if not lateness.clear_penalties_on_time(gb, result)]
         gb.db.commit()
-    for result in recorded:
+    for result in late:
         lateness.assign_penalties(course, result)
     marked = record.markings(course, assignment)
     notes += [f"{r.student}: {marked[r.student].late_note()}" for r in recorded if marked[r.student].seconds_late]
