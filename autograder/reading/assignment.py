@@ -108,7 +108,10 @@ def _shown_as(course: Course, assignment: str) -> dict[str, str]:
         return {}
     for node in ast.parse(path.read_text(), str(path)).body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHOWN_AS"]:
-            return ast.literal_eval(node.value)
+            try:
+                return dict(ast.literal_eval(node.value))
+            except (ValueError, TypeError) as error:
+                raise GradingError(f"{path}: SHOWN_AS must be a dict written out, name to words ({error}).") from error
     return {}
 
 
