@@ -48,6 +48,13 @@ def die_with_parent(parent: int) -> None:
         sys.exit(0)
 
 
+def exit_on_terminate() -> None:
+    """The service stops its workers with SIGTERM, whose default kills at once: exit instead, so
+    that the way out removes what the worker keeps in ``/tmp`` (its sandbox's folders, which hold
+    the hidden inputs of the last run, and a request's copy)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 class Assignments:
     """Each assignment's prepared checks, loaded again when its hidden checks or release change."""
 
@@ -119,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
+    exit_on_terminate()
     logging.basicConfig(level=logging.INFO, format="[autograder worker %(asctime)s] %(message)s")
     work(Path(args.course), args.name)
 
