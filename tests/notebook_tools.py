@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from nbclient import NotebookClient
 from nbformat import NotebookNode
 
 from autograder.reading.cells import grade_id, marks, with_grade_id
+from autograder.reading.spec import Also
 from transformer_lm.judging import CheckFailed
 
 matplotlib.use("Agg")   # the notebooks' figures, drawn by visible_failures in this process
@@ -33,6 +35,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def hidden_cases(assignment: str, item: str) -> list:
+    """Each hidden case of ``item`` in ``autograder/checks/<assignment>.py``, with what a case
+    wrapped in ``Also`` (one more case of the check before it) wraps."""
+    items = runpy.run_path(str(REPO_ROOT / "autograder" / "checks" / f"{assignment}.py"))["ITEMS"]
+    checks = next(found for found in items if found.grade_id == item).checks
+    return [check.check if isinstance(check, Also) else check for check in checks]
 
 
 def read(path_or_nb) -> NotebookNode:

@@ -17,7 +17,6 @@ import pytest
 import assignment_tests
 import assignments
 import notebook_tools as tools
-from autograder.reading.spec import Also
 from autograder.running import sandbox
 
 ROW = assignments.BY_NAME["06_modern_attention"]
@@ -128,12 +127,6 @@ def test_generation_that_runs_the_whole_batch_again_costs_its_points_and_is_name
     assert items[""]["total"] == 7
 
 
-def cases(item):
-    """Each hidden case of ``item``, with what a case wrapped in ``Also`` (one more case of the check
-    before it) wraps."""
-    return [check.check if isinstance(check, Also) else check for check in item.checks]
-
-
 def test_the_text_of_task_3_says_what_its_checks_hold(source_nb):
     """The text says once what the spec pins, and the checks test exactly that: Task 3's check has
     a left-padded batch whose pad rows see no key, calls every branch of ``forward`` (with and
@@ -145,8 +138,7 @@ def test_the_text_of_task_3_says_what_its_checks_hold(source_nb):
                   and c.source.startswith("### Task 3"))
     assert "The check has such rows" in task_3 and "the returned cache `(k, v)`" in task_3
     assert "has no such row" not in task_3 and "It calls every branch of `forward`" in task_3
-    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / f"{ROW.name}.py"))["ITEMS"]
-    hidden = cases(next(item for item in items if item.grade_id == "grouped_query_attention"))
+    hidden = tools.hidden_cases(ROW.name, "grouped_query_attention")
     visible = [entry["check"] for entry in checks.stored_checks()["groups"]["grouped_query_attention"]]
     every_branch = {(cache, mask) for cache in (False, True) for mask in (False, True)}
     assert {(bool(check.past), bool(check.padded)) for check in hidden} == every_branch
@@ -163,8 +155,7 @@ def test_generation_is_checked_padded_and_not_with_the_default_pad_id_and_anothe
     from transformer_lm import checks
     from transformer_lm.instructor.decoder_kinds import PaddedGenerationCheck
 
-    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / f"{ROW.name}.py"))["ITEMS"]
-    hidden = [check for check in cases(next(item for item in items if item.grade_id == "padded_generation"))
+    hidden = [check for check in tools.hidden_cases(ROW.name, "padded_generation")
               if isinstance(check, PaddedGenerationCheck)]
     visible = [entry["check"].call.arguments for entry in checks.stored_checks()["groups"]["padded_generation"]]
     paths = {(True, True), (True, False), (False, True)}   # (padded, default pad_id)

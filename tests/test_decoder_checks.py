@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import notebook_tools as tools
-from autograder.reading.spec import Also
 from live_checks import visible
 from transformer_lm import catalog, checks
 from transformer_lm.instructor import mistakes, reference
@@ -66,22 +65,12 @@ def test_every_rope_mistake_is_caught_and_named(mistake):
     assert mistake.title in str(failure.value), str(failure.value)
 
 
-def hidden_rope_checks():
-    """The hidden checks of ``apply_rope`` (assignment 06), each case of those wrapped in ``Also``."""
-    items = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "06_modern_attention.py"))["ITEMS"]
-    item = next(item for item in items if item.grade_id == "apply_rope")
-    return [check.check if isinstance(check, Also) else check for check in item.checks]
-
-
-def float32_rope(x, positions, base=10000.0):
-    """Rotary embeddings with their angles in float32, as Llama's code in Hugging Face transformers computes them."""
-    half = x.shape[-1] // 2
-    inverse = 1.0 / base ** (torch.arange(half, dtype=torch.float32) * 2 / x.shape[-1])
-    angles = positions.float()[..., None] * inverse
-    if positions.dim() == 2:
-        angles = angles[:, None]
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], dim=-1)
+def bank_rope(name: str):
+    """The ``apply_rope`` of the audit bank's correct alternative ``name`` (its source there)."""
+    bank = runpy.run_path(str(tools.REPO_ROOT / "autograder" / "checks" / "audit" / "06_modern_attention.py"))
+    namespace = {"torch": torch}
+    exec(bank[name], namespace)
+    return namespace["apply_rope"]
 
 
 def slipped_rope(x, positions, base=10000.0):
@@ -101,13 +90,14 @@ def judged(check: RopeCheck, answer, secret: int):
 def test_rope_with_float32_angles_passes_every_hidden_check_on_every_secret():
     """At position 300 a float32 angle is off by about 2e-5 rad; with the plain tolerance it lost
     its points on about one secret in 200."""
-    for check in hidden_rope_checks():
+    float32_rope = bank_rope("HALVES")   # angles in float32, as Llama's code in Hugging Face transformers
+    for check in tools.hidden_cases("06_modern_attention", "apply_rope"):
         failed = [secret for secret in range(400) if not judged(check, float32_rope, secret).passed]
         assert not failed, (check, failed)
 
 
 def test_rope_at_positions_a_hundredth_of_a_step_off_fails_the_late_hidden_check():
-    late = max(hidden_rope_checks(), key=lambda check: check.start)
+    late = max(tools.hidden_cases("06_modern_attention", "apply_rope"), key=lambda check: check.start)
     assert late.start >= 300
     assert not any(judged(late, slipped_rope, secret).passed for secret in range(20))
 

@@ -162,7 +162,7 @@ def _charged_once(item: Item, result: ItemResult, assignment: Assignment, pre: P
         pids = [f"{item.grade_id}.{i}{WITH_COURSE_CODE}" for i in range(len(item.checks))]
         if not all(pid in run.outcomes for pid in pids):  # not checked again: the answer is the release's
             return result
-        *others, last = [assignment.shown_as.get(name, name) for name in assignment.stand_ins[pids[0]]]
+        *others, last = assignment.stand_ins_shown(pids[0])
         names = f"{', '.join(others)} and {last}" if others else last
         where = " and ".join(below)
         course = _judge_probes(item, pids, assignment, pre, run, replace(

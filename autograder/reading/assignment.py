@@ -43,6 +43,10 @@ class Assignment:
     reference_code: dict = field(default_factory=dict)  # the course's code that makes the timed checks' calls
     shown_as: dict[str, str] = field(default_factory=dict)  # a stand-in's name -> what the feedback calls it
 
+    def stand_ins_shown(self, pid: str) -> list[str]:
+        """The course's code that stands in for the answers below probe ``pid``, as the feedback calls it."""
+        return [self.shown_as.get(name, name) for name in self.stand_ins[pid]]
+
     @classmethod
     def load(cls, course: Course, name: str) -> Assignment:
         release, items, prepared, probe_item = {}, {}, {}, {}

@@ -224,8 +224,7 @@ def course_names(assignment) -> set[str]:
     items = [item for listed in assignment.items.values() for item in listed]
     names = {name for item in items for name in (item.grade_id, item.answer_id, *map(forbidden_name, item.forbids),
                                                  *runtime_names(item.forbids).values())}
-    return names | {assignment.shown_as.get(name, name) for stand_ins in assignment.stand_ins.values()
-                    for name in stand_ins}
+    return names | {name for pid in assignment.stand_ins for name in assignment.stand_ins_shown(pid)}
 
 
 def probe_grammar(names: Iterable[str]) -> re.Pattern:
